@@ -1,0 +1,18 @@
+"""FlashAttention-2 in Triton: the engine that the experiments measure.
+
+    from kernels import flash_attention
+    o = flash_attention(q, k, v, causal=True)          # (B, H, N, D), like torch SDPA
+    o, lse = flash_attention(q, k, v, return_lse=True)
+
+Layout: `_forward.py` and `_backward.py` hold the Triton kernels and their launchers,
+`attention.py` the checks, the torch.library ops and autograd, `tiles.py` the tile configs,
+`reference.py` the float64 reference and standard attention. Nothing here knows about the
+experiments.
+"""
+
+from kernels.attention import SUPPORTED_DTYPES, flash_attention, flash_attn_func
+from kernels.reference import attention_reference
+from kernels.tiles import MAX_HEAD_DIM, TileConfig, default_tiles
+
+__all__ = ["flash_attention", "flash_attn_func", "attention_reference", "TileConfig", "default_tiles",
+           "SUPPORTED_DTYPES", "MAX_HEAD_DIM"]

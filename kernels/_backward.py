@@ -1,0 +1,352 @@
+"""FlashAttention-2 backward pass: Triton kernels and their launcher.
+
+Three launches, as in the FlashAttention-2 paper's Algorithm 2 with dQ split out:
+  1. `_attn_bwd_delta`: delta = rowsum(dO * O), one float32 per query row.
+  2. `_attn_bwd_dkdv`: one program per (key block, batch x kv head). It keeps K, V and the
+     dK, dV accumulators on chip and walks the query blocks of every query head that shares
+     this K/V head (grouped-query attention sums their gradients here, in a fixed order),
+     recomputing P = exp(S - lse) from Q, K and the saved log-sum-exp.
+  3. `_attn_bwd_dq`: one program per (query block, batch x head) walking the key blocks, so
+     every dQ element is written once by one program: the result is bitwise deterministic.
+
+Switches for the ablations:
+  ATOMIC_DQ=True    the dK/dV kernel also adds each block's dQ contribution with float32
+                    atomics (the paper's scheme; non-deterministic) and launch 3 is skipped
+  USE_SCORES=True   read the forward's stored scores instead of recomputing Q K^T
+  SKIP_MASKED=False causal: visit every tile and mask it
+
+Scores and the log-sum-exp are handled in the log2 domain so P is an exp2.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._forward import LOG2E, _causal_key_bounds, _load_tile
+from kernels.tiles import TileConfig, padded_head_dim
+
+
+@triton.jit
+def _attn_bwd_delta(Out, DO, Delta,
+                    stride_oz, stride_oh, stride_om, stride_od,
+                    stride_doz, stride_doh, stride_dom, stride_dod,
+                    H, N_Q,
+                    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr):
+    num_m_blocks = tl.cdiv(N_Q, BLOCK_M)
+    start_m = tl.program_id(0) % num_m_blocks
+    off_hz = tl.program_id(0) // num_m_blocks
+    off_z = tl.cast(off_hz // H, tl.int64)
+    off_h = tl.cast(off_hz % H, tl.int64)
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    rows = tl.cast(offs_m, tl.int64)
+    o = _load_tile(Out + off_z * stride_oz + off_h * stride_oh + rows[:, None] * stride_om
+                   + offs_d[None, :] * stride_od, offs_m, N_Q, offs_d, HEAD_DIM, True, True)
+    do = _load_tile(DO + off_z * stride_doz + off_h * stride_doh + rows[:, None] * stride_dom
+                    + offs_d[None, :] * stride_dod, offs_m, N_Q, offs_d, HEAD_DIM, True, True)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
+    tl.store(Delta + tl.cast(off_hz, tl.int64) * N_Q + offs_m, delta, mask=offs_m < N_Q)
+
+
+@triton.jit
+def _attn_bwd_dkdv_inner(dk, dv, k, v, q_ptrs, do_ptrs, dq_ptrs, s_ptrs, lse_ptr, delta_ptr,
+                         start_n, offs_n, offs_d, start, end, qk_scale, sm_scale, N_Q, N_K,
+                         stride_qm, stride_dom, stride_dqm,
+                         HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
+                         CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
+                         ATOMIC_DQ: tl.constexpr, USE_SCORES: tl.constexpr):
+    """Accumulate dK, dV of one key block over query blocks [start, end) of one head.
+
+    Works on the transposed tiles (keys x queries) so the dK, dV products need no transpose
+    of the accumulators. Pointers are positioned at query row `start`.
+    """
+    offs_m0 = tl.arange(0, BLOCK_M)
+    for start_m in tl.range(start, end, BLOCK_M):
+        offs_m = start_m + offs_m0
+        q = _load_tile(q_ptrs, offs_m, N_Q, offs_d, HEAD_DIM, MASK, not EVEN_D)
+        if MASK:
+            lse = tl.load(lse_ptr + offs_m, mask=offs_m < N_Q, other=0.0)
+            delta = tl.load(delta_ptr + offs_m, mask=offs_m < N_Q, other=0.0)
+        else:
+            lse = tl.load(lse_ptr + offs_m)
+            delta = tl.load(delta_ptr + offs_m)
+        if USE_SCORES:
+            s_t = tl.load(s_ptrs + tl.cast(start_m, tl.int64) * N_K,
+                          mask=(offs_n[:, None] < N_K) & (offs_m[None, :] < N_Q), other=0.0)
+            p_t = tl.math.exp2(s_t - lse[None, :] * 1.4426950408889634)
+        else:
+            qk_t = tl.dot(k, tl.trans(q))
+            p_t = tl.math.exp2(qk_t * qk_scale - lse[None, :] * 1.4426950408889634)
+        if MASK:
+            visible = (offs_m[None, :] < N_Q) & (offs_n[:, None] < N_K)
+            if CAUSAL:
+                visible = visible & (offs_n[:, None] <= offs_m[None, :] + (N_K - N_Q))
+            p_t = tl.where(visible, p_t, 0.0)
+        do = _load_tile(do_ptrs, offs_m, N_Q, offs_d, HEAD_DIM, MASK, not EVEN_D)
+        dv = tl.dot(p_t.to(do.dtype), do, dv)
+        dp_t = tl.dot(v, tl.trans(do))
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk = tl.dot(ds_t.to(q.dtype), q, dk)
+        if ATOMIC_DQ:
+            dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k) * sm_scale
+            tl.atomic_add(dq_ptrs, dq, mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM))
+            dq_ptrs += BLOCK_M * stride_dqm
+        q_ptrs += BLOCK_M * stride_qm
+        do_ptrs += BLOCK_M * stride_dom
+    return dk, dv
+
+
+@triton.jit
+def _query_bounds(start_n, N_Q, N_K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  CAUSAL: tl.constexpr, SKIP_MASKED: tl.constexpr, EVEN_M: tl.constexpr):
+    """Query blocks a key block must visit: [lo, mid) masked, [mid, even_end) unmasked, [.., N_Q) masked."""
+    if CAUSAL:
+        if SKIP_MASKED:
+            first_row = start_n - (N_K - N_Q)  # the first query row that sees key start_n
+            lo = tl.maximum(first_row, 0) // BLOCK_M * BLOCK_M
+            full_row = start_n + BLOCK_N - 1 - (N_K - N_Q)  # from here on rows see the whole block
+            mid = tl.maximum(tl.cdiv(tl.maximum(full_row, 0), BLOCK_M) * BLOCK_M, lo)
+        else:
+            lo = 0
+            mid = tl.cdiv(N_Q, BLOCK_M) * BLOCK_M
+    else:
+        lo = 0
+        mid = 0
+    if EVEN_M:
+        even_end = N_Q
+    else:
+        even_end = N_Q // BLOCK_M * BLOCK_M
+    mid = tl.minimum(mid, tl.cdiv(N_Q, BLOCK_M) * BLOCK_M)
+    lo = tl.minimum(lo, mid)
+    return lo, mid, tl.maximum(even_end, mid)
+
+
+@triton.heuristics({
+    "EVEN_M": lambda args: args["N_Q"] % args["BLOCK_M"] == 0,
+    "EVEN_N": lambda args: args["N_K"] % args["BLOCK_N"] == 0,
+    "EVEN_D": lambda args: args["HEAD_DIM"] == args["HEAD_DIM_PAD"],
+})
+@triton.jit
+def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQacc, Scores, Lse, Delta,
+                   stride_qz, stride_qh, stride_qm, stride_qd,
+                   stride_kz, stride_kh, stride_kn, stride_kd,
+                   stride_vz, stride_vh, stride_vn, stride_vd,
+                   stride_doz, stride_doh, stride_dom, stride_dod,
+                   stride_dkz, stride_dkh, stride_dkn, stride_dkd,
+                   stride_dvz, stride_dvh, stride_dvn, stride_dvd,
+                   H_KV, GROUP, N_Q, N_K, qk_scale, sm_scale,
+                   HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   CAUSAL: tl.constexpr, SKIP_MASKED: tl.constexpr,
+                   ATOMIC_DQ: tl.constexpr, USE_SCORES: tl.constexpr,
+                   EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr):
+    tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16, "tl.dot needs tiles of at least 16")
+    num_n_blocks = tl.cdiv(N_K, BLOCK_N)
+    start_n = tl.program_id(0) % num_n_blocks * BLOCK_N
+    off_zkv = tl.program_id(0) // num_n_blocks
+    off_z = tl.cast(off_zkv // H_KV, tl.int64)
+    off_hkv = tl.cast(off_zkv % H_KV, tl.int64)
+    H = H_KV * GROUP
+
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    col0 = tl.cast(start_n, tl.int64)
+    rel_n = tl.arange(0, BLOCK_N)
+    k = _load_tile(K + off_z * stride_kz + off_hkv * stride_kh + col0 * stride_kn
+                   + rel_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
+                   offs_n, N_K, offs_d, HEAD_DIM, not EVEN_N, not EVEN_D)
+    v = _load_tile(V + off_z * stride_vz + off_hkv * stride_vh + col0 * stride_vn
+                   + rel_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
+                   offs_n, N_K, offs_d, HEAD_DIM, not EVEN_N, not EVEN_D)
+    dk = tl.zeros([BLOCK_N, HEAD_DIM_PAD], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM_PAD], dtype=tl.float32)
+
+    lo, mid, even_end = _query_bounds(start_n, N_Q, N_K, BLOCK_M, BLOCK_N, CAUSAL, SKIP_MASKED, EVEN_M)
+    lo64 = tl.cast(lo, tl.int64)
+    mid64 = tl.cast(mid, tl.int64)
+    end64 = tl.cast(even_end, tl.int64)
+    offs_m0 = tl.arange(0, BLOCK_M)
+    for g in range(0, GROUP):
+        off_h = off_hkv * GROUP + g
+        off_hz = off_z * H + off_h
+        q_ptrs = Q + off_z * stride_qz + off_h * stride_qh + offs_m0[:, None] * stride_qm + offs_d[None, :] * stride_qd
+        do_ptrs = (DO + off_z * stride_doz + off_h * stride_doh + offs_m0[:, None] * stride_dom
+                   + offs_d[None, :] * stride_dod)
+        dq_ptrs = DQacc
+        if ATOMIC_DQ:  # float32, contiguous (B, H, Nq, HEAD_DIM)
+            dq_ptrs = DQacc + off_hz * N_Q * HEAD_DIM + offs_m0[:, None] * HEAD_DIM + offs_d[None, :]
+        s_ptrs = Scores
+        if USE_SCORES:  # float32, contiguous (B, H, Nq, Nk); read transposed
+            s_ptrs = Scores + off_hz * N_Q * N_K + offs_m0[None, :] * N_K + offs_n[:, None]
+        lse_ptr = Lse + off_hz * N_Q
+        delta_ptr = Delta + off_hz * N_Q
+        # Diagonal band (causal): masked.
+        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_ptrs + lo64 * stride_qm, do_ptrs + lo64 * stride_dom,
+                                      dq_ptrs + lo64 * HEAD_DIM, s_ptrs, lse_ptr, delta_ptr,
+                                      start_n, offs_n, offs_d, lo, mid, qk_scale, sm_scale, N_Q, N_K,
+                                      stride_qm, stride_dom, HEAD_DIM,
+                                      HEAD_DIM, BLOCK_M, True, CAUSAL, EVEN_D, ATOMIC_DQ, USE_SCORES)
+        # Rows that see the whole key block: unmasked, unless the key block itself is ragged.
+        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_ptrs + mid64 * stride_qm, do_ptrs + mid64 * stride_dom,
+                                      dq_ptrs + mid64 * HEAD_DIM, s_ptrs, lse_ptr, delta_ptr,
+                                      start_n, offs_n, offs_d, mid, even_end, qk_scale, sm_scale, N_Q, N_K,
+                                      stride_qm, stride_dom, HEAD_DIM,
+                                      HEAD_DIM, BLOCK_M, not EVEN_N, CAUSAL, EVEN_D, ATOMIC_DQ, USE_SCORES)
+        # The ragged last query block.
+        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_ptrs + end64 * stride_qm, do_ptrs + end64 * stride_dom,
+                                      dq_ptrs + end64 * HEAD_DIM, s_ptrs, lse_ptr, delta_ptr,
+                                      start_n, offs_n, offs_d, even_end, N_Q, qk_scale, sm_scale, N_Q, N_K,
+                                      stride_qm, stride_dom, HEAD_DIM,
+                                      HEAD_DIM, BLOCK_M, True, CAUSAL, EVEN_D, ATOMIC_DQ, USE_SCORES)
+
+    dk = dk * sm_scale
+    store_mask = (offs_n[:, None] < N_K) & (offs_d[None, :] < HEAD_DIM)
+    tl.store(DK + off_z * stride_dkz + off_hkv * stride_dkh + col0 * stride_dkn
+             + rel_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd, dk.to(DK.dtype.element_ty), mask=store_mask)
+    tl.store(DV + off_z * stride_dvz + off_hkv * stride_dvh + col0 * stride_dvn
+             + rel_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd, dv.to(DV.dtype.element_ty), mask=store_mask)
+
+
+@triton.jit
+def _attn_bwd_dq_inner(dq, q, do, lse, delta, k_ptrs, v_ptrs, s_ptrs, offs_m, offs_n, offs_d,
+                       start, end, qk_scale, N_Q, N_K, stride_kn, stride_vn,
+                       HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
+                       CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, USE_SCORES: tl.constexpr):
+    """Accumulate dQ of one query block over key tiles [start, end); pointers at key `start`."""
+    for start_n in tl.range(start, end, BLOCK_N):
+        cols = start_n + offs_n
+        k = _load_tile(k_ptrs, cols, N_K, offs_d, HEAD_DIM, MASK, not EVEN_D)
+        v = _load_tile(v_ptrs, cols, N_K, offs_d, HEAD_DIM, MASK, not EVEN_D)
+        if USE_SCORES:
+            s = tl.load(s_ptrs + start_n, mask=(offs_m[:, None] < N_Q) & (cols[None, :] < N_K), other=0.0)
+            p = tl.math.exp2(s - lse[:, None])
+        else:
+            qk = tl.dot(q, tl.trans(k))
+            p = tl.math.exp2(qk * qk_scale - lse[:, None])
+        if MASK:
+            visible = cols[None, :] < N_K
+            if CAUSAL:
+                visible = visible & (cols[None, :] <= offs_m[:, None] + (N_K - N_Q))
+            p = tl.where(visible, p, 0.0)
+        dp = tl.dot(do, tl.trans(v))
+        ds = p * (dp - delta[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq)
+        k_ptrs += BLOCK_N * stride_kn
+        v_ptrs += BLOCK_N * stride_vn
+    return dq
+
+
+@triton.heuristics({
+    "EVEN_M": lambda args: args["N_Q"] % args["BLOCK_M"] == 0,
+    "EVEN_D": lambda args: args["HEAD_DIM"] == args["HEAD_DIM_PAD"],
+})
+@triton.jit
+def _attn_bwd_dq(Q, K, V, DO, DQ, Scores, Lse, Delta,
+                 stride_qz, stride_qh, stride_qm, stride_qd,
+                 stride_kz, stride_kh, stride_kn, stride_kd,
+                 stride_vz, stride_vh, stride_vn, stride_vd,
+                 stride_doz, stride_doh, stride_dom, stride_dod,
+                 stride_dqz, stride_dqh, stride_dqm, stride_dqd,
+                 H, GROUP, N_Q, N_K, qk_scale, sm_scale,
+                 HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 CAUSAL: tl.constexpr, SKIP_MASKED: tl.constexpr, USE_SCORES: tl.constexpr,
+                 EVEN_M: tl.constexpr, EVEN_D: tl.constexpr):
+    tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16, "tl.dot needs tiles of at least 16")
+    num_m_blocks = tl.cdiv(N_Q, BLOCK_M)
+    pid = tl.program_id(0)
+    off_hz = pid // num_m_blocks
+    start_m = pid % num_m_blocks
+    if CAUSAL:
+        start_m = num_m_blocks - 1 - start_m
+    off_z = tl.cast(off_hz // H, tl.int64)
+    off_h = off_hz % H
+    off_hkv = tl.cast(off_h // GROUP, tl.int64)
+    off_h = tl.cast(off_h, tl.int64)
+    off_hz64 = tl.cast(off_hz, tl.int64)
+    row0 = tl.cast(start_m * BLOCK_M, tl.int64)
+
+    rel_m = tl.arange(0, BLOCK_M)
+    offs_m = start_m * BLOCK_M + rel_m
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    q = _load_tile(Q + off_z * stride_qz + off_h * stride_qh + row0 * stride_qm
+                   + rel_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                   offs_m, N_Q, offs_d, HEAD_DIM, not EVEN_M, not EVEN_D)
+    do = _load_tile(DO + off_z * stride_doz + off_h * stride_doh + row0 * stride_dom
+                    + rel_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+                    offs_m, N_Q, offs_d, HEAD_DIM, not EVEN_M, not EVEN_D)
+    if EVEN_M:
+        lse = tl.load(Lse + off_hz64 * N_Q + offs_m) * 1.4426950408889634
+        delta = tl.load(Delta + off_hz64 * N_Q + offs_m)
+    else:
+        lse = tl.load(Lse + off_hz64 * N_Q + offs_m, mask=offs_m < N_Q, other=0.0) * 1.4426950408889634
+        delta = tl.load(Delta + off_hz64 * N_Q + offs_m, mask=offs_m < N_Q, other=0.0)
+
+    k_ptrs = K + off_z * stride_kz + off_hkv * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
+    v_ptrs = V + off_z * stride_vz + off_hkv * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    s_ptrs = Scores
+    if USE_SCORES:
+        s_ptrs = Scores + off_hz64 * N_Q * N_K + row0 * N_K + rel_m[:, None] * N_K + offs_n[None, :]
+    dq = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
+
+    mid, hi = _causal_key_bounds(start_m, N_Q, N_K, BLOCK_M, BLOCK_N, CAUSAL, SKIP_MASKED)
+    dq = _attn_bwd_dq_inner(dq, q, do, lse, delta, k_ptrs, v_ptrs, s_ptrs, offs_m, offs_n, offs_d,
+                            0, mid, qk_scale, N_Q, N_K, stride_kn, stride_vn,
+                            HEAD_DIM, BLOCK_N, False, CAUSAL, EVEN_D, USE_SCORES)
+    mid64 = tl.cast(mid, tl.int64)
+    dq = _attn_bwd_dq_inner(dq, q, do, lse, delta, k_ptrs + mid64 * stride_kn, v_ptrs + mid64 * stride_vn,
+                            s_ptrs, offs_m, offs_n, offs_d,
+                            mid, hi, qk_scale, N_Q, N_K, stride_kn, stride_vn,
+                            HEAD_DIM, BLOCK_N, True, CAUSAL, EVEN_D, USE_SCORES)
+    dq = dq * sm_scale
+    tl.store(DQ + off_z * stride_dqz + off_h * stride_dqh + row0 * stride_dqm
+             + rel_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd, dq.to(DQ.dtype.element_ty),
+             mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM))
+
+
+def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                       lse: torch.Tensor, scores: torch.Tensor, softmax_scale: float, causal: bool,
+                       tiles: TileConfig, *, use_scores: bool = False, skip_masked_tiles: bool = True,
+                       atomic_dq: bool = False):
+    """Launch the backward; returns (dq, dk, dv) shaped and strided like q, k, v where those are dense."""
+    batch, heads, n_q, head_dim = q.shape
+    kv_heads, n_k = k.shape[1], k.shape[2]
+    head_dim_pad = padded_head_dim(head_dim)
+    qk_scale = softmax_scale * LOG2E
+    dq = torch.empty_like(q)
+    dk = torch.empty_like(k)
+    dv = torch.empty_like(v)
+    delta = torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32)
+
+    delta_block = 64
+    _attn_bwd_delta[(triton.cdiv(n_q, delta_block) * batch * heads,)](
+        out, do, delta, *out.stride(), *do.stride(), heads, n_q,
+        HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=delta_block)
+
+    if atomic_dq:
+        dq_acc = torch.zeros((batch, heads, n_q, head_dim), device=q.device, dtype=torch.float32)
+    else:
+        dq_acc = torch.empty((0,), device=q.device, dtype=torch.float32)
+    _attn_bwd_dkdv[(triton.cdiv(n_k, tiles.block_n) * batch * kv_heads,)](
+        q, k, v, do, dk, dv, dq_acc, scores, lse, delta,
+        *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride(),
+        kv_heads, heads // kv_heads, n_q, n_k, qk_scale, softmax_scale,
+        HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
+        CAUSAL=causal, SKIP_MASKED=skip_masked_tiles, ATOMIC_DQ=atomic_dq, USE_SCORES=use_scores,
+        num_warps=tiles.num_warps, num_stages=tiles.num_stages)
+
+    if atomic_dq:
+        dq.copy_(dq_acc)
+    else:
+        # The mirrored tile: BLOCK_N queries resident, keys streamed BLOCK_M at a time.
+        _attn_bwd_dq[(triton.cdiv(n_q, tiles.block_n) * batch * heads,)](
+            q, k, v, do, dq, scores, lse, delta,
+            *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(),
+            heads, heads // kv_heads, n_q, n_k, qk_scale, softmax_scale,
+            HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=tiles.block_n, BLOCK_N=tiles.block_m,
+            CAUSAL=causal, SKIP_MASKED=skip_masked_tiles, USE_SCORES=use_scores,
+            num_warps=tiles.num_warps, num_stages=tiles.num_stages)
+    return dq, dk, dv

@@ -1,0 +1,255 @@
+"""FlashAttention-2 forward pass: Triton kernels and their launcher.
+
+Grid: one program per (query block, batch x head), flattened into one axis. Each program keeps
+its BLOCK_M x D query tile on chip and walks the key/value tiles with the online softmax
+(running max `m_i`, running sum `l_i`, un-normalised accumulator `acc`), normalising once at
+the end and writing the output and the log-sum-exp (natural log) per query row.
+
+Causal attention is aligned to the bottom-right corner, as flash-attn does: query i sees keys
+j <= i + Nk - Nq. Key tiles wholly above that diagonal are skipped; tiles wholly below it run
+the unmasked loop; only the band in between pays for the mask. Query rows that see no key at
+all (Nq > Nk) get an output of zero and a log-sum-exp of -inf.
+
+Switches for the ablations (compile-time constants, so the default path pays nothing):
+  DEFERRED_RESCALE=False  rescale and normalise the accumulator on every step (FlashAttention-1)
+  SEQ_PARALLEL=False      one program per (batch, head) looping over all query blocks
+  SKIP_MASKED=False       causal: compute every key tile and mask it
+  STORE_SCORES=True       also write the scaled scores (fp32, Nq x Nk per head) for the
+                          backward to read instead of recomputing them
+
+Scores are kept in the log2 domain (scaled by softmax_scale * log2(e)) so the softmax is exp2.
+Offsets that can exceed 2^31 (batch/head bases, row starts) are computed in int64.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.tiles import TileConfig, padded_head_dim
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+@triton.jit
+def _load_tile(ptrs, rows, n_rows, cols, n_cols, CHECK_ROWS: tl.constexpr, CHECK_COLS: tl.constexpr):
+    """Load a (rows x cols) tile, masking only the edges the caller says can be ragged."""
+    if CHECK_ROWS and CHECK_COLS:
+        tile = tl.load(ptrs, mask=(rows[:, None] < n_rows) & (cols[None, :] < n_cols), other=0.0)
+    elif CHECK_ROWS:
+        tile = tl.load(ptrs, mask=rows[:, None] < n_rows, other=0.0)
+    elif CHECK_COLS:
+        tile = tl.load(ptrs, mask=cols[None, :] < n_cols, other=0.0)
+    else:
+        tile = tl.load(ptrs)
+    return tile
+
+
+@triton.jit
+def _causal_key_bounds(start_m, N_Q, N_K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                       CAUSAL: tl.constexpr, SKIP_MASKED: tl.constexpr):
+    """Key range [0, hi) a query block must visit, and `mid`: keys below it need no mask.
+
+    Every key tile in [0, mid) is fully visible to every row of the block and lies inside
+    Nk; tiles in [mid, hi) need the causal and/or the sequence-end mask.
+    """
+    if CAUSAL:
+        if SKIP_MASKED:
+            diag = start_m * BLOCK_M + N_K - N_Q + 1  # keys < diag are visible to the block's first row
+            mid = tl.maximum(diag, 0) // BLOCK_N * BLOCK_N
+            hi = tl.minimum((start_m + 1) * BLOCK_M + N_K - N_Q, N_K)
+            hi = tl.maximum(hi, mid)
+        else:
+            mid = 0
+            hi = N_K
+    else:
+        mid = N_K // BLOCK_N * BLOCK_N
+        hi = N_K
+    return mid, hi
+
+
+@triton.jit
+def _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, s_ptrs, offs_m, offs_n, offs_d,
+                    start, end, qk_scale, N_Q, N_K,
+                    stride_kn, stride_vn,
+                    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
+                    CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
+                    DEFERRED_RESCALE: tl.constexpr, STORE_SCORES: tl.constexpr):
+    """Online softmax over key tiles [start, end); pointers are positioned at key `start`."""
+    for start_n in tl.range(start, end, BLOCK_N):
+        cols = start_n + offs_n
+        k = _load_tile(k_ptrs, cols, N_K, offs_d, HEAD_DIM, MASK, not EVEN_D)
+        qk = tl.dot(q, tl.trans(k))
+        if STORE_SCORES:
+            tl.store(s_ptrs + start_n, qk * qk_scale,
+                     mask=(offs_m[:, None] < N_Q) & (cols[None, :] < N_K))
+        if MASK:
+            visible = cols[None, :] < N_K
+            if CAUSAL:
+                visible = visible & (cols[None, :] <= offs_m[:, None] + (N_K - N_Q))
+            # A finite fill keeps fully-masked rows NaN-free; rows that see no key at all are
+            # zeroed in the epilogue, every other row has a visible key that dominates it.
+            qk = tl.where(visible, qk * qk_scale, -1.0e6)
+            m_ij = tl.maximum(m_i, tl.max(qk, 1))
+            qk = qk - m_ij[:, None]
+        else:
+            m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            qk = qk * qk_scale - m_ij[:, None]
+        p = tl.math.exp2(qk)
+        l_ij = tl.sum(p, 1)
+        alpha = tl.math.exp2(m_i - m_ij)
+        v = _load_tile(v_ptrs, cols, N_K, offs_d, HEAD_DIM, MASK, not EVEN_D)
+        if DEFERRED_RESCALE:
+            acc = acc * alpha[:, None]
+            acc = tl.dot(p.to(v.dtype), v, acc)
+            l_i = l_i * alpha + l_ij
+        else:
+            l_new = l_i * alpha + l_ij
+            acc = acc * (l_i * alpha / l_new)[:, None]
+            acc += tl.dot(p.to(v.dtype), v) / l_new[:, None]
+            l_i = l_new
+        m_i = m_ij
+        k_ptrs += BLOCK_N * stride_kn
+        v_ptrs += BLOCK_N * stride_vn
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _attn_fwd_block(Q, K, V, Out, Lse, Scores, start_m, off_hz,
+                    stride_qz, stride_qh, stride_qm, stride_qd,
+                    stride_kz, stride_kh, stride_kn, stride_kd,
+                    stride_vz, stride_vh, stride_vn, stride_vd,
+                    stride_oz, stride_oh, stride_om, stride_od,
+                    H, GROUP, N_Q, N_K, qk_scale,
+                    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    CAUSAL: tl.constexpr, SKIP_MASKED: tl.constexpr, DEFERRED_RESCALE: tl.constexpr,
+                    STORE_SCORES: tl.constexpr, EVEN_M: tl.constexpr, EVEN_D: tl.constexpr):
+    """One query block of one (batch, head): the FlashAttention-2 forward."""
+    off_z = tl.cast(off_hz // H, tl.int64)
+    off_h = off_hz % H
+    off_hkv = tl.cast(off_h // GROUP, tl.int64)
+    off_h = tl.cast(off_h, tl.int64)
+    row0 = tl.cast(start_m * BLOCK_M, tl.int64)
+
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+
+    q_ptrs = (Q + off_z * stride_qz + off_h * stride_qh + row0 * stride_qm
+              + tl.arange(0, BLOCK_M)[:, None] * stride_qm + offs_d[None, :] * stride_qd)
+    k_ptrs = K + off_z * stride_kz + off_hkv * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
+    v_ptrs = V + off_z * stride_vz + off_hkv * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    s_ptrs = Scores
+    if STORE_SCORES:
+        s_ptrs = (Scores + tl.cast(off_hz, tl.int64) * N_Q * N_K + row0 * N_K
+                  + tl.arange(0, BLOCK_M)[:, None] * N_K + offs_n[None, :])
+
+    q = _load_tile(q_ptrs, offs_m, N_Q, offs_d, HEAD_DIM, not EVEN_M, not EVEN_D)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
+
+    mid, hi = _causal_key_bounds(start_m, N_Q, N_K, BLOCK_M, BLOCK_N, CAUSAL, SKIP_MASKED)
+    # Tiles below the diagonal (all of them when not causal): no mask.
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, s_ptrs, offs_m, offs_n, offs_d,
+                                    0, mid, qk_scale, N_Q, N_K, stride_kn, stride_vn,
+                                    HEAD_DIM, BLOCK_N, False, CAUSAL, EVEN_D, DEFERRED_RESCALE, STORE_SCORES)
+    # The diagonal band and the ragged end of the keys: masked.
+    mid64 = tl.cast(mid, tl.int64)
+    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs + mid64 * stride_kn, v_ptrs + mid64 * stride_vn,
+                                    s_ptrs, offs_m, offs_n, offs_d,
+                                    mid, hi, qk_scale, N_Q, N_K, stride_kn, stride_vn,
+                                    HEAD_DIM, BLOCK_N, True, CAUSAL, EVEN_D, DEFERRED_RESCALE, STORE_SCORES)
+
+    if DEFERRED_RESCALE:
+        acc = acc / l_i[:, None]
+    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453  # log2 domain -> natural log
+    if CAUSAL:
+        sees_a_key = offs_m + (N_K - N_Q) >= 0
+        acc = tl.where(sees_a_key[:, None], acc, 0.0)
+        lse = tl.where(sees_a_key, lse, float("-inf"))
+
+    o_ptrs = (Out + off_z * stride_oz + off_h * stride_oh + row0 * stride_om
+              + tl.arange(0, BLOCK_M)[:, None] * stride_om + offs_d[None, :] * stride_od)
+    tl.store(o_ptrs, acc.to(Out.dtype.element_ty), mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM))
+    tl.store(Lse + tl.cast(off_hz, tl.int64) * N_Q + offs_m, lse, mask=offs_m < N_Q)
+
+
+@triton.heuristics({
+    "EVEN_M": lambda args: args["N_Q"] % args["BLOCK_M"] == 0,
+    "EVEN_D": lambda args: args["HEAD_DIM"] == args["HEAD_DIM_PAD"],
+})
+@triton.jit
+def _attn_fwd(Q, K, V, Out, Lse, Scores,
+              stride_qz, stride_qh, stride_qm, stride_qd,
+              stride_kz, stride_kh, stride_kn, stride_kd,
+              stride_vz, stride_vh, stride_vn, stride_vd,
+              stride_oz, stride_oh, stride_om, stride_od,
+              H, GROUP, N_Q, N_K, qk_scale,
+              HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              CAUSAL: tl.constexpr, SKIP_MASKED: tl.constexpr, DEFERRED_RESCALE: tl.constexpr,
+              SEQ_PARALLEL: tl.constexpr, STORE_SCORES: tl.constexpr,
+              EVEN_M: tl.constexpr, EVEN_D: tl.constexpr):
+    tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16, "tl.dot needs tiles of at least 16")
+    tl.static_assert(HEAD_DIM <= HEAD_DIM_PAD, "head dim is padded up, never down")
+    num_m_blocks = tl.cdiv(N_Q, BLOCK_M)
+    if SEQ_PARALLEL:
+        pid = tl.program_id(0)
+        off_hz = pid // num_m_blocks
+        start_m = pid % num_m_blocks
+        if CAUSAL:  # the longest rows first, so the last wave is short
+            start_m = num_m_blocks - 1 - start_m
+        _attn_fwd_block(Q, K, V, Out, Lse, Scores, start_m, off_hz,
+                        stride_qz, stride_qh, stride_qm, stride_qd,
+                        stride_kz, stride_kh, stride_kn, stride_kd,
+                        stride_vz, stride_vh, stride_vn, stride_vd,
+                        stride_oz, stride_oh, stride_om, stride_od,
+                        H, GROUP, N_Q, N_K, qk_scale, HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, BLOCK_N,
+                        CAUSAL, SKIP_MASKED, DEFERRED_RESCALE, STORE_SCORES, EVEN_M, EVEN_D)
+    else:
+        off_hz = tl.program_id(0)
+        for start_m in range(0, num_m_blocks):
+            _attn_fwd_block(Q, K, V, Out, Lse, Scores, start_m, off_hz,
+                            stride_qz, stride_qh, stride_qm, stride_qd,
+                            stride_kz, stride_kh, stride_kn, stride_kd,
+                            stride_vz, stride_vh, stride_vn, stride_vd,
+                            stride_oz, stride_oh, stride_om, stride_od,
+                            H, GROUP, N_Q, N_K, qk_scale, HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, BLOCK_N,
+                            CAUSAL, SKIP_MASKED, DEFERRED_RESCALE, STORE_SCORES, EVEN_M, EVEN_D)
+
+
+def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool,
+                      tiles: TileConfig, *, store_scores: bool = False, deferred_rescale: bool = True,
+                      seq_parallel: bool = True, skip_masked_tiles: bool = True):
+    """Launch the forward. Inputs are validated by the caller (kernels.attention).
+
+    Returns (out, lse, scores): out like q (same strides where q is dense), lse (B, H, Nq)
+    float32, scores (B, H, Nq, Nk) float32 in the log2 domain if `store_scores`, else an
+    empty tensor.
+    """
+    batch, heads, n_q, head_dim = q.shape
+    kv_heads, n_k = k.shape[1], k.shape[2]
+    out = torch.empty_like(q)
+    lse = torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32)
+    if store_scores:
+        scores = torch.empty((batch, heads, n_q, n_k), device=q.device, dtype=torch.float32)
+    else:
+        scores = torch.empty((0,), device=q.device, dtype=torch.float32)
+    num_m_blocks = triton.cdiv(n_q, tiles.block_m)
+    grid = (num_m_blocks * batch * heads,) if seq_parallel else (batch * heads,)
+    _attn_fwd[grid](
+        q, k, v, out, lse, scores,
+        *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+        heads, heads // kv_heads, n_q, n_k, softmax_scale * LOG2E,
+        HEAD_DIM=head_dim, HEAD_DIM_PAD=padded_head_dim(head_dim),
+        BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
+        CAUSAL=causal, SKIP_MASKED=skip_masked_tiles, DEFERRED_RESCALE=deferred_rescale,
+        SEQ_PARALLEL=seq_parallel, STORE_SCORES=store_scores,
+        num_warps=tiles.num_warps, num_stages=tiles.num_stages,
+    )
+    return out, lse, scores

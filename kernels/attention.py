@@ -1,0 +1,211 @@
+"""The PyTorch-facing attention op: input checks, torch.library registration, autograd.
+
+`flash_attention(q, k, v, ...)` takes the (B, H, N, D) layout of
+`torch.nn.functional.scaled_dot_product_attention`; `flash_attn_func(q, k, v, ...)` takes the
+(B, N, H, D) layout of the flash-attn package and reaches the same kernels through strides.
+
+The forward and backward launches are registered as custom ops (`flash_attn_triton::fwd`,
+`flash_attn_triton::bwd`) with fake (meta) implementations, and a `torch.autograd.Function`
+ties them together, so `torch.compile(..., fullgraph=True)` traces a model that calls
+`flash_attention` without a graph break.
+
+Every switch of the ablations is a keyword argument here (see `flash_attention`); none of them
+changes the result beyond rounding, except that `atomic_dq=True` gives up bitwise determinism.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+from kernels._backward import attention_backward
+from kernels._forward import attention_forward
+from kernels.tiles import MAX_HEAD_DIM, TileConfig, default_tiles
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def _interpreter_on() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+if _interpreter_on():
+    from kernels import _interpreter
+
+    _interpreter.install()
+
+
+def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """Raise ValueError naming the problem if q, k, v cannot go to the kernels."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have rank 4 (batch, heads, seqlen, head_dim), got shape {tuple(t.shape)}")
+        if t.dtype not in SUPPORTED_DTYPES:
+            raise ValueError(f"{name} has dtype {t.dtype}; supported dtypes are torch.float16 and torch.bfloat16")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if q.device.type == "cpu":
+        if not _interpreter_on():
+            raise ValueError("CPU tensors need the Triton interpreter (set TRITON_INTERPRET=1); "
+                             "otherwise move q, k, v to a CUDA device")
+    elif q.device.type != "cuda":
+        raise ValueError(f"q, k, v must be CUDA tensors (or CPU tensors under TRITON_INTERPRET=1), got {q.device}")
+    (b, h, n_q, d), (bk, hk, n_k, dk), (bv, hv, n_v, dv) = q.shape, k.shape, v.shape
+    if not (b == bk == bv):
+        raise ValueError(f"batch size mismatch: q {b}, k {bk}, v {bv}")
+    if not (d == dk == dv):
+        raise ValueError(f"head dim mismatch: q {d}, k {dk}, v {dv}")
+    if not 1 <= d <= MAX_HEAD_DIM:
+        raise ValueError(f"head dim {d} is not supported: it must be between 1 and {MAX_HEAD_DIM}")
+    if hk != hv:
+        raise ValueError(f"k and v must have the same number of heads, got {hk} and {hv}")
+    if n_k != n_v:
+        raise ValueError(f"k and v must have the same sequence length, got {n_k} and {n_v}")
+    if hk == 0 or h % hk != 0:
+        raise ValueError(f"the number of query heads ({h}) must be a multiple of the number of key/value heads ({hk})")
+    if n_k == 0 and n_q > 0:
+        raise ValueError("k and v must hold at least one key (seqlen_k = 0)")
+
+
+# --------------------------------------------------------------------------------------------
+# torch.library ops: one per pass; tile configs travel as ints so the schema stays simple.
+# --------------------------------------------------------------------------------------------
+
+@torch.library.custom_op("flash_attn_triton::fwd", mutates_args=())
+def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool,
+            tiles: list[int], store_scores: bool, deferred_rescale: bool, seq_parallel: bool,
+            skip_masked_tiles: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return attention_forward(q, k, v, softmax_scale, causal, TileConfig(*tiles), store_scores=store_scores,
+                             deferred_rescale=deferred_rescale, seq_parallel=seq_parallel,
+                             skip_masked_tiles=skip_masked_tiles)
+
+
+@_fwd_op.register_fake
+def _(q, k, v, softmax_scale, causal, tiles, store_scores, deferred_rescale, seq_parallel, skip_masked_tiles):
+    b, h, n_q, _ = q.shape
+    scores_shape = (b, h, n_q, k.shape[2]) if store_scores else (0,)
+    return (torch.empty_like(q), q.new_empty((b, h, n_q), dtype=torch.float32),
+            q.new_empty(scores_shape, dtype=torch.float32))
+
+
+@torch.library.custom_op("flash_attn_triton::bwd", mutates_args=())
+def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+            lse: torch.Tensor, scores: torch.Tensor, softmax_scale: float, causal: bool, tiles: list[int],
+            use_scores: bool, skip_masked_tiles: bool, atomic_dq: bool
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return attention_backward(do, q, k, v, out, lse, scores, softmax_scale, causal, TileConfig(*tiles),
+                              use_scores=use_scores, skip_masked_tiles=skip_masked_tiles, atomic_dq=atomic_dq)
+
+
+@_bwd_op.register_fake
+def _(do, q, k, v, out, lse, scores, softmax_scale, causal, tiles, use_scores, skip_masked_tiles, atomic_dq):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _tile_list(tiles: TileConfig) -> list[int]:
+    return [tiles.block_m, tiles.block_n, tiles.num_warps, tiles.num_stages]
+
+
+class FlashAttentionFunction(torch.autograd.Function):
+    """Autograd for the two ops; the log-sum-exp output is not differentiable."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, softmax_scale, causal, fwd_tiles, bwd_tiles, recompute, deferred_rescale,
+                seq_parallel, skip_masked_tiles, atomic_dq):
+        out, lse, scores = torch.ops.flash_attn_triton.fwd(
+            q, k, v, softmax_scale, causal, fwd_tiles, not recompute, deferred_rescale, seq_parallel,
+            skip_masked_tiles)
+        ctx.save_for_backward(q, k, v, out, lse, scores)
+        ctx.softmax_scale = softmax_scale
+        ctx.causal = causal
+        ctx.bwd_tiles = bwd_tiles
+        ctx.recompute = recompute
+        ctx.skip_masked_tiles = skip_masked_tiles
+        ctx.atomic_dq = atomic_dq
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, d_out, d_lse):
+        q, k, v, out, lse, scores = ctx.saved_tensors
+        dq, dk, dv = torch.ops.flash_attn_triton.bwd(
+            d_out, q, k, v, out, lse, scores, ctx.softmax_scale, ctx.causal, ctx.bwd_tiles,
+            not ctx.recompute, ctx.skip_masked_tiles, ctx.atomic_dq)
+        return dq, dk, dv, None, None, None, None, None, None, None, None, None
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                    softmax_scale: float | None = None, return_lse: bool = False, *,
+                    fwd_tiles: TileConfig | None = None, bwd_tiles: TileConfig | None = None,
+                    recompute: bool = True, deferred_rescale: bool = True, seq_parallel: bool = True,
+                    skip_masked_tiles: bool = True, atomic_dq: bool = False):
+    """Exact attention softmax(q k^T * scale) v with FlashAttention-2 kernels.
+
+    Args:
+        q: (B, H, Nq, D) float16 or bfloat16, any strides.
+        k, v: (B, Hkv, Nk, D), same dtype and device; H must be a multiple of Hkv (grouped-query
+            and multi-query attention); D between 1 and 256.
+        causal: mask aligned to the bottom-right corner: query i sees keys j <= i + Nk - Nq.
+            Query rows that see no key get an output of 0 and a log-sum-exp of -inf.
+        softmax_scale: defaults to 1 / sqrt(D).
+        return_lse: also return the log-sum-exp (B, H, Nq), float32, natural log.
+
+    Ablation switches (keyword-only; the defaults are FlashAttention-2):
+        fwd_tiles, bwd_tiles: a TileConfig overriding `default_tiles(D, "fwd" | "bwd")`.
+        recompute: False makes the forward store the scores (float32, Nq x Nk per head) and the
+            backward read them instead of recomputing Q K^T.
+        deferred_rescale: False rescales and normalises the output accumulator on every key
+            tile, as FlashAttention-1 does.
+        seq_parallel: False runs one program per (batch, head) over all query blocks, as
+            FlashAttention-1 does, instead of one per (query block, batch, head).
+        skip_masked_tiles: False makes causal attention compute every tile and mask it.
+        atomic_dq: True accumulates dQ with atomic adds inside the dK/dV kernel (the paper's
+            scheme; not deterministic) instead of the separate dQ kernel.
+
+    Returns o (B, H, Nq, D), laid out like q where q is dense, or (o, lse) with return_lse.
+    """
+    check_inputs(q, k, v)
+    head_dim = q.shape[-1]
+    if softmax_scale is None:
+        softmax_scale = 1.0 / math.sqrt(head_dim)
+    elif not math.isfinite(softmax_scale):
+        raise ValueError(f"softmax_scale must be finite, got {softmax_scale}")
+    for name, tiles in (("fwd_tiles", fwd_tiles), ("bwd_tiles", bwd_tiles)):
+        if tiles is not None and not isinstance(tiles, TileConfig):
+            raise ValueError(f"{name} must be a kernels.TileConfig or None, got {type(tiles).__name__}")
+    fwd_tiles = fwd_tiles or default_tiles(head_dim, "fwd")
+    bwd_tiles = bwd_tiles or default_tiles(head_dim, "bwd")
+
+    if q.numel() == 0:  # empty batch, heads or queries: nothing to launch
+        out = torch.empty_like(q)
+        lse = q.new_empty(q.shape[:3], dtype=torch.float32)
+        return (out, lse) if return_lse else out
+
+    # 2026-11 (torch 2.13): dynamo refuses autograd.Function.apply when one tensor is passed
+    # as several inputs (self-attention with q = k = v); a view gives each input its own
+    # identity at no cost, and its gradient still flows back to the shared tensor.
+    if k is q:
+        k = k.view_as(k)
+    if v is q or v is k:
+        v = v.view_as(v)
+    out, lse = FlashAttentionFunction.apply(
+        q, k, v, float(softmax_scale), bool(causal), _tile_list(fwd_tiles), _tile_list(bwd_tiles),
+        bool(recompute), bool(deferred_rescale), bool(seq_parallel), bool(skip_masked_tiles), bool(atomic_dq))
+    return (out, lse) if return_lse else out
+
+
+def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None = None,
+                    causal: bool = False) -> torch.Tensor:
+    """flash-attn's layout: q (B, Nq, H, D), k/v (B, Nk, Hkv, D) -> (B, Nq, H, D); no copies."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise ValueError(f"{name} must be a rank-4 tensor (batch, seqlen, heads, head_dim)")
+    out = flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                          causal=causal, softmax_scale=softmax_scale)
+    return out.transpose(1, 2)

@@ -1,0 +1,60 @@
+"""Tile configurations for the attention kernels: the default choice and its validation.
+
+A `TileConfig` names the four knobs Triton exposes for one kernel launch: the tile shape
+(BLOCK_M query rows by BLOCK_N key rows), the warps per program and the software-pipelining
+depth. `default_tiles` is the engine's choice per head dimension; the `tiles` ablation sweeps
+around it, and any call can override it.
+
+For the backward pass one config describes both kernels: the dK/dV kernel holds BLOCK_N keys
+on chip and walks the queries BLOCK_M rows at a time; the dQ kernel holds BLOCK_N queries and
+walks the keys BLOCK_M rows at a time (the mirrored shape, as in Triton's fused-attention
+tutorial), so both keep the large tile resident and stream the small one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAX_HEAD_DIM = 256
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+    def __post_init__(self) -> None:
+        for name in ("block_m", "block_n"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= 16 and value & (value - 1) == 0):
+                raise ValueError(f"TileConfig.{name} must be a power of two >= 16, got {value!r}")
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"TileConfig.num_warps must be one of 1, 2, 4, 8, 16, got {self.num_warps!r}")
+        if not (isinstance(self.num_stages, int) and 1 <= self.num_stages <= 8):
+            raise ValueError(f"TileConfig.num_stages must be an int in [1, 8], got {self.num_stages!r}")
+
+
+def padded_head_dim(head_dim: int) -> int:
+    """The head dim the kernels compute with: the next power of two, at least 16 (tl.dot's minimum)."""
+    return max(16, 1 << (head_dim - 1).bit_length())
+
+
+# Chosen from the `tiles` ablation on the H200 (results/archive/nvidia-h200/tiles.csv); the
+# entries for padded head dims 16 and 32 follow the 64 ones, 256 is sized to fit shared memory.
+_DEFAULTS = {
+    "fwd": {16: TileConfig(128, 64, 4, 3), 32: TileConfig(128, 64, 4, 3), 64: TileConfig(128, 64, 4, 3),
+            128: TileConfig(128, 64, 8, 3), 256: TileConfig(64, 32, 4, 2)},
+    "bwd": {16: TileConfig(32, 128, 4, 4), 32: TileConfig(32, 128, 4, 4), 64: TileConfig(32, 128, 4, 4),
+            128: TileConfig(32, 128, 8, 3), 256: TileConfig(16, 64, 4, 2)},
+}
+
+
+def default_tiles(head_dim: int, pass_: str) -> TileConfig:
+    """The engine's tile config for `pass_` ("fwd" or "bwd") at this (unpadded) head dim."""
+    if pass_ not in _DEFAULTS:
+        raise ValueError(f"pass_ must be 'fwd' or 'bwd', got {pass_!r}")
+    if not 1 <= head_dim <= MAX_HEAD_DIM:
+        raise ValueError(f"head dim must be in [1, {MAX_HEAD_DIM}], got {head_dim}")
+    return _DEFAULTS[pass_][padded_head_dim(head_dim)]

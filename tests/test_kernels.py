@@ -1,0 +1,303 @@
+"""Correctness of the Triton engine against a float64 reference.
+
+The pass rule follows flash-attn's tests: the max error of ours against the float64 reference
+is at most twice the max error of PyTorch's own attention in the same precision (matmul,
+softmax, matmul in fp16/bf16), plus a small absolute floor for outputs that are exactly zero.
+Inputs are fresh random draws; shapes are odd on purpose. Every allocation the op makes is
+poisoned with NaN, so an element the kernels forget to write shows up.
+
+Without a GPU this runs on the CPU through Triton's interpreter (small shapes); with one it
+runs natively and adds larger shapes and 64-bit offsets.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernels import TileConfig, attention_reference, flash_attention, flash_attn_func
+
+
+HAS_CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if HAS_CUDA else "cpu"
+DTYPES = [torch.float16, torch.bfloat16]
+ABS_FLOOR = 1e-5
+
+
+@pytest.fixture
+def poisoned_allocations(monkeypatch):
+    """Fill every torch.empty / torch.empty_like buffer with NaN while the op runs."""
+    real_empty, real_empty_like = torch.empty, torch.empty_like
+
+    def poison(t):
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        return t
+
+    monkeypatch.setattr(torch, "empty", lambda *a, **kw: poison(real_empty(*a, **kw)))
+    monkeypatch.setattr(torch, "empty_like", lambda *a, **kw: poison(real_empty_like(*a, **kw)))
+
+
+def make_inputs(batch, heads, kv_heads, n_q, n_k, head_dim, dtype, device=DEVICE):
+    def draw(*shape):
+        return torch.randn(*shape, device=device, dtype=dtype).requires_grad_()
+
+    return draw(batch, heads, n_q, head_dim), draw(batch, kv_heads, n_k, head_dim), draw(batch, kv_heads, n_k, head_dim)
+
+
+def describe_mismatch(name, ours, ref, bound):
+    """A verbose failure message: count, first indices, NaN/Inf presence."""
+    ours, ref = ours.double(), ref.double()
+    both_inf = torch.isinf(ours) & torch.isinf(ref) & (torch.sign(ours) == torch.sign(ref))
+    err = torch.where(both_inf, torch.zeros_like(ours), (ours - ref).abs())
+    bad = ~(err <= bound)
+    idx = bad.nonzero()[:5].tolist()
+    return (f"{name}: {int(bad.sum())}/{bad.numel()} elements over {bound:.3g} "
+            f"(max err {err.nan_to_num(float('inf')).max().item():.3g}); first at {idx}; "
+            f"NaN in ours: {bool(torch.isnan(ours).any())}, Inf in ours: {bool(torch.isinf(ours).any() & ~both_inf.any())}")
+
+
+def max_err(x, ref):
+    x, ref = x.double(), ref.double()
+    both_inf = torch.isinf(x) & torch.isinf(ref) & (torch.sign(x) == torch.sign(ref))
+    err = torch.where(both_inf, torch.zeros_like(x), (x - ref).abs())
+    return err.nan_to_num(float("inf")).max().item() if err.numel() else 0.0
+
+
+def assert_close_to_reference(name, ours, lowp, ref):
+    bound = 2 * max_err(lowp, ref) + ABS_FLOOR
+    assert max_err(ours, ref) <= bound, describe_mismatch(name, ours, ref, bound)
+
+
+def check_against_reference(q, k, v, causal, softmax_scale=None, **switches):
+    """Forward, lse and all three gradients of ours vs the float64 reference."""
+    out, lse = flash_attention(q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=True, **switches)
+    d_out = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), d_out)
+
+    ref_out, ref_lse = attention_reference(q, k, v, causal=causal, softmax_scale=softmax_scale, upcast=True)
+    ref_grads = torch.autograd.grad(ref_out, (q, k, v), d_out.double())
+    low_out, low_lse = attention_reference(q, k, v, causal=causal, softmax_scale=softmax_scale, upcast=False)
+    low_grads = torch.autograd.grad(low_out, (q, k, v), d_out)
+
+    assert out.shape == q.shape and out.dtype == q.dtype
+    assert lse.shape == q.shape[:3] and lse.dtype == torch.float32
+    assert not torch.isnan(out).any(), "output has NaN"
+    assert not torch.isnan(lse).any(), "lse has NaN"
+    assert_close_to_reference("out", out, low_out, ref_out)
+    assert_close_to_reference("lse", lse, low_lse, ref_lse)
+    for name, ours, low, ref in zip(("dq", "dk", "dv"), grads, low_grads, ref_grads):
+        assert ours.shape == ref.shape
+        assert not torch.isnan(ours).any(), f"{name} has NaN"
+        assert_close_to_reference(name, ours, low, ref)
+    return out, lse, grads
+
+
+# (batch, heads, kv_heads, seqlen_q, seqlen_k, head_dim): odd lengths and head dims, Nq != Nk,
+# grouped-query and multi-query heads, the extremes (1 and 256) of the head dim.
+SHAPES = [
+    (1, 1, 1, 1, 1, 1),
+    (2, 3, 3, 113, 113, 40),
+    (1, 2, 2, 203, 203, 59),
+    (1, 4, 1, 64, 128, 96),      # multi-query, Nq < Nk
+    (1, 4, 2, 100, 37, 111),     # grouped-query, Nq > Nk: causal rows with no key
+    (1, 1, 1, 17, 1025, 64),
+    (1, 2, 2, 65, 65, 160),
+    (1, 1, 1, 33, 70, 192),
+    (1, 1, 1, 48, 48, 256),
+    (2, 2, 2, 7, 9, 128),
+]
+if HAS_CUDA:
+    SHAPES += [(2, 8, 2, 1000, 1000, 64), (1, 4, 4, 2048, 2048, 128), (1, 3, 1, 511, 1537, 96)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_matches_reference(shape, causal, dtype, poisoned_allocations):
+    torch.manual_seed(hash((shape, causal)) % 2**31)
+    check_against_reference(*make_inputs(*shape, dtype), causal)
+
+
+SWITCHES = [
+    dict(recompute=False),
+    dict(deferred_rescale=False),
+    dict(seq_parallel=False),
+    dict(deferred_rescale=False, seq_parallel=False),
+    dict(skip_masked_tiles=False),
+    dict(atomic_dq=True),
+    dict(fwd_tiles=TileConfig(32, 16, 4, 2), bwd_tiles=TileConfig(16, 32, 4, 2)),
+    dict(fwd_tiles=TileConfig(16, 64, 2, 1), bwd_tiles=TileConfig(64, 16, 2, 1)),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("switches", SWITCHES, ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()))
+def test_switches_match_reference(switches, causal, dtype, poisoned_allocations):
+    torch.manual_seed(7)
+    check_against_reference(*make_inputs(1, 4, 2, 77, 45, 48, dtype), causal, **switches)
+
+
+def test_custom_softmax_scale(poisoned_allocations):
+    check_against_reference(*make_inputs(1, 2, 2, 50, 61, 32, torch.float16), True, softmax_scale=0.37)
+
+
+def test_strided_inputs_need_no_copy(poisoned_allocations):
+    """(B, N, H, D) tensors transposed, a sliced (non-dense) q, and an expanded gradient."""
+    torch.manual_seed(3)
+    base = torch.randn(2, 57, 4, 2 * 24, device=DEVICE, dtype=torch.float16)
+    q = base[..., ::2].transpose(1, 2).detach().requires_grad_()  # non-dense view of a transposed layout
+    k = torch.randn(2, 71, 2, 24, device=DEVICE, dtype=torch.float16).transpose(1, 2).detach().requires_grad_()
+    v = torch.randn(2, 71, 2, 24, device=DEVICE, dtype=torch.float16).transpose(1, 2).detach().requires_grad_()
+    assert not q.is_contiguous() and not k.is_contiguous()
+    check_against_reference(q, k, v, causal=True)
+
+    out = flash_attention(q, k, v, causal=True)
+    out.sum().backward()  # d_out arrives as an expanded tensor with zero strides
+    ref = attention_reference(q, k, v, causal=True)[0]
+    ref_grad = torch.autograd.grad(ref.sum(), q)[0]
+    low_grad = torch.autograd.grad(attention_reference(q, k, v, causal=True, upcast=False)[0].sum(), q)[0]
+    assert_close_to_reference("dq (expanded d_out)", q.grad, low_grad, ref_grad)
+
+
+def test_flash_attn_layout(poisoned_allocations):
+    """flash_attn_func on (B, N, H, D) equals flash_attention on the transposed view, bitwise."""
+    torch.manual_seed(4)
+    q = torch.randn(2, 45, 4, 32, device=DEVICE, dtype=torch.bfloat16)
+    k = torch.randn(2, 60, 2, 32, device=DEVICE, dtype=torch.bfloat16)
+    v = torch.randn(2, 60, 2, 32, device=DEVICE, dtype=torch.bfloat16)
+    out = flash_attn_func(q, k, v, causal=True)
+    assert out.shape == q.shape and out.is_contiguous()
+    expected = flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)
+    assert torch.equal(out, expected.transpose(1, 2))
+
+
+def test_backward_is_deterministic():
+    torch.manual_seed(5)
+    q, k, v = make_inputs(1, 4, 2, 150, 150, 64, torch.float16)
+    out = flash_attention(q, k, v, causal=True)
+    d_out = torch.randn_like(out)
+    first = torch.autograd.grad(out, (q, k, v), d_out, retain_graph=True)
+    second = torch.autograd.grad(out, (q, k, v), d_out)
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+
+
+def test_causal_skips_tiles_above_the_diagonal(poisoned_allocations):
+    """With stored scores, tiles above the diagonal are never written unless skipping is off."""
+    torch.manual_seed(6)
+    tiles = TileConfig(32, 32, 4, 2)
+    q, k, v = make_inputs(1, 1, 1, 128, 128, 32, torch.float16)
+    with torch.no_grad():
+        _, _, scores = torch.ops.flash_attn_triton.fwd(q, k, v, 0.1, True, [32, 32, 4, 2], True, True, True, True)
+        _, _, all_scores = torch.ops.flash_attn_triton.fwd(q, k, v, 0.1, True, [32, 32, 4, 2], True, True, True, False)
+    tile_rows = torch.arange(128, device=q.device)[:, None] // tiles.block_m
+    tile_cols = torch.arange(128, device=q.device)[None, :] // tiles.block_n
+    above = tile_cols > tile_rows
+    assert torch.isnan(scores[0, 0][above]).all(), "a tile above the diagonal was computed"
+    assert not torch.isnan(scores[0, 0][~above]).any()
+    assert not torch.isnan(all_scores).any(), "skip_masked_tiles=False must compute every tile"
+
+
+def test_empty_query_batch():
+    q = torch.empty(0, 2, 5, 16, device=DEVICE, dtype=torch.float16)
+    k = torch.randn(0, 2, 7, 16, device=DEVICE, dtype=torch.float16)
+    out, lse = flash_attention(q, k, k, return_lse=True)
+    assert out.shape == q.shape and lse.shape == (0, 2, 5)
+
+
+def _t(*shape, dtype=torch.float16, device=DEVICE):
+    return torch.randn(*shape, device=device, dtype=dtype)
+
+
+BAD_INPUTS = [
+    ("wrong rank", lambda: (_t(2, 8, 16), _t(2, 8, 16), _t(2, 8, 16)), "rank 4"),
+    ("batch mismatch", lambda: (_t(2, 2, 8, 16), _t(3, 2, 8, 16), _t(3, 2, 8, 16)), "batch size mismatch"),
+    ("head dim mismatch", lambda: (_t(1, 2, 8, 16), _t(1, 2, 8, 32), _t(1, 2, 8, 32)), "head dim mismatch"),
+    ("dtype mismatch", lambda: (_t(1, 2, 8, 16), _t(1, 2, 8, 16, dtype=torch.bfloat16), _t(1, 2, 8, 16)), "one dtype"),
+    ("float32", lambda: (_t(1, 2, 8, 16, dtype=torch.float32),) * 3, "supported dtypes are torch.float16 and torch.bfloat16"),
+    ("heads not divisible", lambda: (_t(1, 3, 8, 16), _t(1, 2, 8, 16), _t(1, 2, 8, 16)), "multiple of the number of key/value heads"),
+    ("head dim over 256", lambda: (_t(1, 1, 8, 320), _t(1, 1, 8, 320), _t(1, 1, 8, 320)), "between 1 and 256"),
+    ("k/v length mismatch", lambda: (_t(1, 2, 8, 16), _t(1, 2, 8, 16), _t(1, 2, 9, 16)), "same sequence length"),
+    ("k/v heads mismatch", lambda: (_t(1, 2, 8, 16), _t(1, 2, 8, 16), _t(1, 1, 8, 16)), "same number of heads"),
+    ("no keys", lambda: (_t(1, 2, 8, 16), _t(1, 2, 0, 16), _t(1, 2, 0, 16)), "at least one key"),
+    ("not a tensor", lambda: ([1.0], _t(1, 2, 8, 16), _t(1, 2, 8, 16)), "must be a torch.Tensor"),
+]
+if HAS_CUDA:
+    BAD_INPUTS.append(("device mismatch", lambda: (_t(1, 2, 8, 16), _t(1, 2, 8, 16, device="cpu"), _t(1, 2, 8, 16)),
+                       "one device"))
+
+
+@pytest.mark.parametrize("make,message", [(m, msg) for _, m, msg in BAD_INPUTS], ids=[n for n, _, _ in BAD_INPUTS])
+def test_bad_input_is_refused(make, message):
+    with pytest.raises(ValueError, match=message):
+        flash_attention(*make())
+
+
+def test_cpu_tensors_need_the_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    x = torch.randn(1, 1, 8, 16, dtype=torch.float16)
+    with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
+        flash_attention(x, x, x)
+
+
+@pytest.mark.parametrize("bad", [dict(softmax_scale=math.inf), dict(fwd_tiles=(64, 64, 4, 2))])
+def test_bad_options_are_refused(bad):
+    x = _t(1, 1, 8, 16)
+    with pytest.raises(ValueError):
+        flash_attention(x, x, x, **bad)
+
+
+@pytest.mark.parametrize("bad", [dict(block_m=48), dict(block_n=8), dict(num_warps=3), dict(num_stages=0)])
+def test_bad_tile_config_is_refused(bad):
+    args = dict(block_m=64, block_n=64, num_warps=4, num_stages=2) | bad
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        TileConfig(**args)
+
+
+def test_torch_compile_fullgraph():
+    """A model calling flash_attention compiles with fullgraph=True (no graph break)."""
+    torch._dynamo.reset()
+    torch.manual_seed(8)
+    proj = torch.nn.Linear(32, 32, device=DEVICE, dtype=torch.float16)
+
+    def block(x):  # x: (B, H, N, D)
+        y = proj(x)
+        return flash_attention(y, y, y, causal=True).float().square().mean()
+
+    x = torch.randn(1, 2, 40, 32, device=DEVICE, dtype=torch.float16, requires_grad=True)
+    compiled = torch.compile(block, fullgraph=True, backend="inductor" if HAS_CUDA else "aot_eager")
+    loss = compiled(x)
+    loss.backward()
+    grad_compiled = x.grad.clone()
+    x.grad = None
+    eager = block(x)
+    eager.backward()
+    torch.testing.assert_close(loss, eager, rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(grad_compiled, x.grad, rtol=1e-2, atol=1e-3)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a GPU with > 20 GB")
+@pytest.mark.parametrize("layout", ["bhnd_many_heads", "bnhd_long_rows"])
+def test_tensors_over_2_31_elements(layout):
+    """64-bit offsets: batch/head bases and row offsets past 2^31 elements."""
+    torch.manual_seed(9)
+    if layout == "bhnd_many_heads":
+        q = torch.randn(1 << 15, 1, 256, 256, device="cuda", dtype=torch.float16)  # 2^31 elements
+        k, v = torch.randn_like(q), torch.randn_like(q)
+        picks = [0, (1 << 15) - 1]
+        view = lambda t, i: t[i:i + 1]
+    else:
+        q = torch.randn(1, 2048, 4096, 256, device="cuda", dtype=torch.float16).transpose(1, 2)  # row stride 2^20
+        k, v = torch.randn_like(q), torch.randn_like(q)
+        picks = [0, 4095]
+        view = lambda t, i: t[:, i:i + 1]
+    assert q.numel() >= 2**31
+    out = flash_attention(q, k, v, causal=True)
+    for i in picks:
+        ref = attention_reference(view(q, i), view(k, i), view(v, i), causal=True)[0]
+        low = attention_reference(view(q, i), view(k, i), view(v, i), causal=True, upcast=False)[0]
+        assert_close_to_reference(f"out[{i}]", view(out, i), low, ref)
