@@ -1,0 +1,39 @@
+"""The figures the analysis draws: stable names, the results each one reads, and where its caption lives.
+
+Kept free of heavy imports so that the Snakemake rules can read it when planning the workflow.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+CAPTIONS_DIR = Path(__file__).with_name("captions")
+BUILD_DIR = Path("analysis/build")
+FIGURES_DIR = BUILD_DIR / "figures"
+FIGURE_FORMATS = ("pdf", "png")
+
+# figure name -> the results files (experiments) it is drawn from
+FIGURES = {
+    "speed_fwd": ("speed",),
+    "speed_bwd": ("speed",),
+    "speed_fwd_bwd": ("speed",),
+    "memory": ("seqlen",),
+    "tiles_fwd": ("tiles",),
+    "tiles_bwd": ("tiles",),
+    "recompute": ("recompute",),
+    "causal": ("causal",),
+    "fa1_to_fa2": ("fa1_vs_fa2",),
+    "peak_fraction": ("speed", "ceiling"),
+    "accuracy": ("accuracy",),
+}
+
+
+def caption_path(name: str) -> Path:
+    return CAPTIONS_DIR / f"{name}.rst"
+
+
+def caption(name: str) -> str:
+    return " ".join(caption_path(name).read_text().split())
+
+
+def figure_paths(name: str, figures_dir: str | Path = FIGURES_DIR) -> dict[str, Path]:
+    return {fmt: Path(figures_dir) / f"{name}.{fmt}" for fmt in FIGURE_FORMATS}

@@ -1,0 +1,48 @@
+"""The two roofs that throughput is measured against: the datasheet peak and the measured matmul ceiling.
+
+The datasheet peak comes from hardware.yaml (matched on the results' `gpu` column); the ceiling is the
+best matmul TFLOP/s in results/ceiling.csv, measured in the same run as the attention numbers.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from analysis.load import measured
+
+HARDWARE_FILE = Path(__file__).with_name("hardware.yaml")
+
+
+def read_hardware(path: str | Path = HARDWARE_FILE) -> dict:
+    with open(path) as handle:
+        return yaml.safe_load(handle)
+
+
+def datasheet_entry(gpu: str, hardware: dict) -> dict | None:
+    """The hardware.yaml entry whose `match` occurs in the GPU name, or None for an unknown GPU."""
+    for entry in hardware["gpus"]:
+        if entry["match"].lower() in str(gpu).lower():
+            return entry
+    return None
+
+
+def paper_gpu_entry(hardware: dict) -> dict:
+    return next(entry for entry in hardware["gpus"] if entry["name"] == hardware["paper_gpu"])
+
+
+def matmul_ceiling(ceiling: pd.DataFrame, dtype: str | None = None) -> float | None:
+    """Best measured matmul TFLOP/s, for `dtype` when that dtype was measured, else over all dtypes."""
+    matmuls = measured(ceiling)
+    matmuls = matmuls[(matmuls["provider"] == "torch_matmul") & (matmuls["mode"] == "matmul")]
+    if dtype is not None and (matmuls["dtype"] == dtype).any():
+        matmuls = matmuls[matmuls["dtype"] == dtype]
+    return float(matmuls["tflops"].max()) if matmuls["tflops"].notna().any() else None
+
+
+def main_gpu(frames: dict[str, pd.DataFrame]) -> str:
+    """The GPU named most often across the measured rows ("" when no row names one)."""
+    names = pd.concat([measured(frame)["gpu"] for frame in frames.values()])
+    names = names[names != ""]
+    return str(names.mode().iloc[0]) if not names.empty else ""

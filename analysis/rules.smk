@@ -1,0 +1,107 @@
+# The analysis and report stage: results/*.csv -> figures, claim verdicts, facts -> paper/build/report.*
+# Included by the top-level Snakefile; `rule all` depends on REPORT_OUTPUTS.
+import shutil
+import sys
+from pathlib import Path
+
+_repository = str(Path(workflow.current_basedir).parent)
+if _repository not in sys.path:
+    sys.path.insert(0, _repository)
+
+from analysis.catalog import BUILD_DIR, FIGURES, FIGURES_DIR, caption_path, figure_paths  # noqa: E402
+from analysis.load import EXPERIMENTS, results_path  # noqa: E402
+
+PAPER_BUILD = "paper/build"
+PUBLISHED = "paper/published/h200"
+REPORT_OUTPUTS = [f"{PAPER_BUILD}/report.md", f"{PAPER_BUILD}/report.tex"] + (
+    [f"{PAPER_BUILD}/report.pdf"] if shutil.which("latexmk") else [])
+ALL_RESULTS = [str(results_path("results", experiment)) for experiment in EXPERIMENTS]
+ALL_FIGURES = [str(path) for name in FIGURES for path in figure_paths(name).values()]
+
+for _name, _experiments in FIGURES.items():
+    rule:
+        name: f"figure_{_name}"
+        input:
+            results=[str(results_path("results", experiment)) for experiment in _experiments],
+            hardware="analysis/hardware.yaml",
+        output:
+            pdf=report(str(figure_paths(_name)["pdf"]), caption=str(caption_path(_name)), category="Figures"),
+            png=str(figure_paths(_name)["png"]),
+        log:
+            f"{BUILD_DIR}/logs/figure_{_name}.log",
+        params:
+            python=sys.executable,
+            name=_name,
+            results=lambda wildcards, input: Path(input.results[0]).parent,
+            out=lambda wildcards, output: Path(output.png).parent,
+        shell:
+            "{params.python} -m analysis.figures {params.name} {params.results} {params.out} > {log} 2>&1"
+
+
+rule claims:
+    input:
+        results=ALL_RESULTS,
+        claims="analysis/claims.yaml",
+        hardware="analysis/hardware.yaml",
+    output:
+        verdicts=f"{BUILD_DIR}/verdicts.json",
+        table=report(f"{BUILD_DIR}/claims.csv", category="Claims"),
+    log:
+        f"{BUILD_DIR}/logs/claims.log",
+    params:
+        python=sys.executable,
+        results=lambda wildcards, input: Path(input.results[0]).parent,
+    shell:
+        "{params.python} -m analysis.claims {params.results} {output.verdicts} {output.table} > {log} 2>&1"
+
+
+rule facts:
+    input:
+        results=ALL_RESULTS,
+        hardware="analysis/hardware.yaml",
+    output:
+        f"{BUILD_DIR}/facts.json",
+    log:
+        f"{BUILD_DIR}/logs/facts.log",
+    params:
+        python=sys.executable,
+        results=lambda wildcards, input: Path(input.results[0]).parent,
+        figures=str(FIGURES_DIR),
+    shell:
+        "{params.python} -m analysis.facts {params.results} {params.figures} {output} > {log} 2>&1"
+
+
+rule report:
+    input:
+        ALL_FIGURES,
+        verdicts=rules.claims.output.verdicts,
+        facts=rules.facts.output[0],
+        templates=["paper/templates/report.md.j2", "paper/templates/report.tex.j2"],
+        bibliography="paper/references.bib",
+        citation="CITATION.cff",
+    output:
+        REPORT_OUTPUTS,
+    log:
+        f"{BUILD_DIR}/logs/report.log",
+    params:
+        python=sys.executable,
+        analysis=lambda wildcards, input: Path(input.verdicts).parent,
+        out=lambda wildcards, output: Path(output[0]).parent,
+    shell:
+        "{params.python} -m paper.render {params.analysis} {params.out} > {log} 2>&1"
+
+
+rule publish:
+    input:
+        REPORT_OUTPUTS,
+    output:
+        [f"{PUBLISHED}/{Path(path).name}" for path in REPORT_OUTPUTS if not path.endswith(".tex")]
+        + [f"{PUBLISHED}/figures/{figure_paths(name)['png'].name}" for name in FIGURES],
+    log:
+        f"{BUILD_DIR}/logs/publish.log",
+    params:
+        python=sys.executable,
+        build=lambda wildcards, input: Path(input[0]).parent,
+        published=lambda wildcards, output: Path(output[0]).parent,
+    shell:
+        "{params.python} -m paper.publish {params.build} {params.published} > {log} 2>&1"

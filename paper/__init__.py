@@ -1,0 +1,1 @@
+"""Paper stage: renders the analysis outputs into the report (Markdown, LaTeX and, with latexmk, PDF)."""
