@@ -1,0 +1,37 @@
+"""FlashAttention-2 in Triton, reproduced: `snakemake --cores 1` measures every ablation on this
+host's CUDA GPU (or, without one, takes the GPU results from results/archive/ and runs what the CPU
+can), then builds the report. Named targets rerun one ablation: `snakemake --cores 1 tiles`.
+See experiments/README.md."""
+import os
+
+from snakemake.utils import min_version, validate
+
+from experiments.settings import check, coerce_cli_strings
+
+min_version("9.0")
+
+
+configfile: "experiments/config.yaml"
+
+
+coerce_cli_strings(config)  # --config 'speed={seqlens: [512]}' arrives as strings
+validate(config, "experiments/config.schema.yaml")
+check(config)
+
+
+include: "experiments/rules.smk"
+
+
+if os.path.exists(os.path.join(workflow.basedir, "analysis", "rules.smk")):
+
+    include: "analysis/rules.smk"
+
+else:
+    REPORT_OUTPUTS = []
+
+
+rule all:
+    default_target: True
+    input:
+        RESULT_CSVS,
+        REPORT_OUTPUTS,

@@ -1,0 +1,164 @@
+"""Expands each ablation's settings (experiments/settings.py) into the cells it measures.
+
+A cell is one row of results: a provider, a variant, a mode, a dtype and a shape. The order of the
+cells keeps each provider's kernel specialisations together, so each is compiled once. Nothing here
+touches a GPU: `python -m experiments.grid` prints how many cells each ablation of the config has.
+"""
+import dataclasses
+import itertools
+import json
+
+# kernels.flash_attention switches of each ablation arm (CONTRACT.md)
+CAUSAL_VARIANTS = {
+    "skip_tiles": (True, ()),
+    "mask_all_tiles": (True, (("skip_masked_tiles", False),)),
+    "full": (False, ()),
+}
+RECOMPUTE_VARIANTS = {"recompute": (("recompute", True),), "store_scores": (("recompute", False),)}
+FORWARD_VARIANTS = {
+    "fa2": (),
+    "fa1_rescale": (("deferred_rescale", False),),
+    "fa1_no_seqpar": (("seq_parallel", False),),
+    "fa1_both": (("deferred_rescale", False), ("seq_parallel", False)),
+}
+DQ_VARIANTS = {"separate_dq": (("atomic_dq", False),), "atomic_dq": (("atomic_dq", True),)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    experiment: str
+    provider: str
+    mode: str
+    dtype: str
+    batch: int | None = None
+    heads: int | None = None
+    kv_heads: int | None = None
+    seqlen_q: int | None = None
+    seqlen_k: int | None = None
+    head_dim: int | None = None
+    causal: bool = False
+    variant: str = "default"
+    switches: tuple = ()          # (name, value) pairs passed to kernels.flash_attention
+    fwd_tiles: tuple | None = None  # (block_m, block_n, num_warps, num_stages); None: the default
+    bwd_tiles: tuple | None = None
+    size: int | None = None       # ceiling: matmul size or copy bytes
+
+    @property
+    def key(self) -> str:
+        """Identifies the cell across runs (journal entries)."""
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @property
+    def label(self) -> str:
+        shape = f"B{self.batch} H{self.heads}/{self.kv_heads} N{self.seqlen_q}x{self.seqlen_k} d{self.head_dim}"
+        tiles = self.fwd_tiles or self.bwd_tiles
+        return " ".join(str(part) for part in (
+            self.provider, self.variant, self.mode, self.dtype,
+            shape if self.head_dim else f"size {self.size}",
+            "causal" if self.causal else "full", f"tiles {tiles}" if tiles else "") if part)
+
+
+def paper_shape(settings: dict, seqlen: int, head_dim: int) -> dict:
+    """The paper's shapes: batch x seqlen = tokens (batch at least 1), heads x head_dim = hidden."""
+    heads = settings["hidden"] // head_dim
+    return dict(batch=max(1, settings["tokens"] // seqlen), heads=heads, kv_heads=heads,
+                seqlen_q=seqlen, seqlen_k=seqlen, head_dim=head_dim)
+
+
+def speed(s: dict) -> list[Cell]:
+    cells = []
+    for dtype, head_dim, causal, mode in itertools.product(s["dtypes"], s["head_dims"], s["causal"], s["modes"]):
+        for seqlen, provider in itertools.product(s["seqlens"], s["providers"]):
+            if provider == "flex" and (seqlen not in s["flex_seqlens"] or dtype not in s["flex_dtypes"]):
+                continue
+            cells.append(Cell("speed", provider, mode, dtype, causal=causal, **paper_shape(s, seqlen, head_dim)))
+    return cells
+
+
+def tiles(s: dict) -> list[Cell]:
+    cells = []
+    for head_dim, mode in itertools.product(s["head_dims"], ("fwd", "bwd")):
+        shape = paper_shape(s, s["seqlen"], head_dim)
+        cells.append(Cell("tiles", "ours", mode, s["dtype"], causal=s["causal"], **shape))
+        for config in itertools.product(s["block_m"], s["block_n"], s["num_warps"], s["num_stages"]):
+            tiles_of_mode = {"fwd_tiles" if mode == "fwd" else "bwd_tiles": config}
+            cells.append(Cell("tiles", "ours", mode, s["dtype"], causal=s["causal"], variant="sweep",
+                              **tiles_of_mode, **shape))
+    return cells
+
+
+def causal(s: dict) -> list[Cell]:
+    return [
+        Cell("causal", "ours", mode, s["dtype"], causal=is_causal, variant=variant, switches=switches,
+             **paper_shape(s, seqlen, head_dim))
+        for head_dim, mode, seqlen in itertools.product(s["head_dims"], s["modes"], s["seqlens"])
+        for variant, (is_causal, switches) in CAUSAL_VARIANTS.items()
+    ]
+
+
+def seqlen(s: dict) -> list[Cell]:
+    cells = []
+    for head_dim, is_causal, mode, n, provider in itertools.product(
+            s["head_dims"], s["causal"], s["modes"], s["seqlens"], s["providers"]):
+        heads = s["hidden"] // head_dim
+        cells.append(Cell("seqlen", provider, mode, s["dtype"], batch=s["batch"], heads=heads, kv_heads=heads,
+                          seqlen_q=n, seqlen_k=n, head_dim=head_dim, causal=is_causal))
+    return cells
+
+
+def recompute(s: dict) -> list[Cell]:
+    return [
+        Cell("recompute", "ours", mode, s["dtype"], causal=is_causal, variant=variant, switches=switches,
+             **paper_shape(s, n, head_dim))
+        for head_dim, is_causal, mode, n in itertools.product(s["head_dims"], s["causal"], s["modes"], s["seqlens"])
+        for variant, switches in RECOMPUTE_VARIANTS.items()
+    ]
+
+
+def fa1_vs_fa2(s: dict) -> list[Cell]:
+    cells = []
+    for head_dim, is_causal, n in itertools.product(s["head_dims"], s["causal"], s["seqlens"]):
+        shape = paper_shape(s, n, head_dim)
+        for variant, switches in FORWARD_VARIANTS.items():
+            cells.append(Cell("fa1_vs_fa2", "ours", "fwd", s["dtype"], causal=is_causal, variant=variant,
+                              switches=switches, **shape))
+        for mode, (variant, switches) in itertools.product(("bwd", "fwd_bwd"), DQ_VARIANTS.items()):
+            cells.append(Cell("fa1_vs_fa2", "ours", mode, s["dtype"], causal=is_causal, variant=variant,
+                              switches=switches, **shape))
+    return cells
+
+
+def accuracy(s: dict) -> list[Cell]:
+    """Forward and backward errors of every provider (one cell measures both)."""
+    return [
+        Cell("accuracy", provider, "fwd_bwd", dtype, causal=is_causal, **shape)
+        for dtype, shape, is_causal, provider in itertools.product(s["dtypes"], s["shapes"], s["causal"], s["providers"])
+    ]
+
+
+def ceiling(s: dict) -> list[Cell]:
+    matmuls = [Cell("ceiling", "torch_matmul", "matmul", dtype, size=s["matmul_size"]) for dtype in s["dtypes"]]
+    return matmuls + [Cell("ceiling", "torch_copy", "copy", "fp16", size=s["copy_mib"] * 2**20)]
+
+
+# Every ablation, in the order the README describes them; each writes results/<name>.csv.
+ABLATIONS = {
+    "speed": speed, "tiles": tiles, "causal": causal, "seqlen": seqlen, "recompute": recompute,
+    "fa1_vs_fa2": fa1_vs_fa2, "accuracy": accuracy, "ceiling": ceiling,
+}
+# Those that also run without a GPU (Triton's interpreter); the rest need a CUDA GPU or the archive.
+INTERPRETER_ABLATIONS = ("accuracy",)
+
+
+def cells(ablation: str, settings: dict, on_gpu: bool) -> list[Cell]:
+    """The ablation's cells on this host: without a GPU, accuracy takes its interpreter shapes."""
+    if not on_gpu and ablation == "accuracy":
+        settings = {**settings, "shapes": settings["interpreter_shapes"]}
+    return ABLATIONS[ablation](settings)
+
+
+if __name__ == "__main__":
+    from experiments.settings import ablation_settings, load_default
+
+    for name, settings in ablation_settings(load_default(), ABLATIONS).items():
+        print(f"{name:12s} {len(cells(name, settings, on_gpu=True)):6d} cells")

@@ -1,0 +1,76 @@
+"""Measures one cell on the GPU: runtime quantiles, TFLOP/s and peak memory; or classifies its failure.
+
+Timing is triton.testing.do_bench (its own warm-up, then repetitions for rep_ms, each after an L2
+flush), reporting the median and the 20th and 80th percentiles; do_bench calls the function once
+before it starts the clock, so compilation and lazy initialisation stay out of the numbers. One more
+call between a reset and a read of torch.cuda.max_memory_allocated gives the peak memory, which thus
+includes the inputs and everything the call allocates. Modes:
+  fwd      o = attention(q, k, v) on inputs that do not require grad
+  bwd      the forward runs once, untimed; timed: torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
+  fwd_bwd  both, timed together
+"""
+import torch
+import triton.testing
+from triton.runtime.errors import OutOfResources
+
+from experiments import flops, providers
+
+
+def failure(error: BaseException) -> tuple[str, str]:
+    """The status and note of a cell that raised `error`."""
+    message = f"{type(error).__name__}: {error}".strip().splitlines()
+    note = message[0][:300] if message else type(error).__name__
+    if isinstance(error, torch.OutOfMemoryError):
+        return "oom", note
+    if isinstance(error, providers.Unsupported):
+        return "unsupported", str(error)
+    # Out of shared memory or registers for a tile config, a backend declining a shape, a switch
+    # the engine refuses (ValueError, CONTRACT.md): the configuration cannot run, nothing is broken.
+    if isinstance(error, OutOfResources) or isinstance(error, ValueError) or "No available kernel" in note:
+        return "unsupported", note
+    return "error", note
+
+
+def _bench(fn, timing: dict) -> dict:
+    ms, p20, p80 = triton.testing.do_bench(fn, warmup=timing["warmup_ms"], rep=timing["rep_ms"],
+                                           quantiles=[0.5, 0.2, 0.8])
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return dict(ms=ms, ms_p20=p20, ms_p80=p80, peak_mem_bytes=torch.cuda.max_memory_allocated())
+
+
+def attention(cell, timing: dict) -> dict:
+    device = torch.device("cuda")
+    attend = providers.attention(cell, device)
+    q, k, v, do = providers.inputs(cell, device, requires_grad=cell.mode != "fwd")
+    if cell.mode == "fwd":
+        def fn():
+            return attend(q, k, v)
+    elif cell.mode == "bwd":
+        o = attend(q, k, v)
+
+        def fn():
+            return torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
+    else:
+        def fn():
+            return torch.autograd.grad(attend(q, k, v), (q, k, v), do)
+    result = _bench(fn, timing)
+    count = flops.attention_flops(cell.batch, cell.heads, cell.seqlen_q, cell.seqlen_k, cell.head_dim,
+                                  cell.causal, cell.mode)
+    return dict(result, tflops=flops.tflops(count, result["ms"]))
+
+
+def ceiling(cell, timing: dict) -> dict:
+    """The roofs: a square matmul (TFLOP/s) and a device-to-device copy (bytes moved in the note)."""
+    dtype = providers.DTYPES[cell.dtype]
+    if cell.provider == "torch_matmul":
+        a = torch.randn(cell.size, cell.size, device="cuda", dtype=dtype)
+        b = torch.randn(cell.size, cell.size, device="cuda", dtype=dtype)
+        result = _bench(lambda: torch.matmul(a, b), timing)
+        count = flops.matmul_flops(cell.size, cell.size, cell.size)
+        return dict(result, tflops=flops.tflops(count, result["ms"]), note=f"m=n=k={cell.size}")
+    source = torch.empty(cell.size // dtype.itemsize, device="cuda", dtype=dtype).fill_(1)
+    target = torch.empty_like(source)
+    result = _bench(lambda: target.copy_(source), timing)
+    return dict(result, note=f"bytes={2 * cell.size}")  # each byte read once and written once

@@ -1,0 +1,134 @@
+"""The attention implementations under test, behind one interface.
+
+`attention(cell, device)` returns fn(q, k, v) -> o for the cell's provider:
+  ours            kernels.flash_attention with the cell's tile config and ablation switches
+  standard        PyTorch standard attention (matmul, softmax, matmul in the input precision), i.e.
+                  kernels.reference.attention_reference(..., upcast=False)
+  sdpa_flash, sdpa_efficient, sdpa_cudnn
+                  torch.nn.functional.scaled_dot_product_attention pinned to one backend
+  flex            FlexAttention through torch.compile (compiled once per shape), causal by block mask
+A provider that cannot run a cell raises Unsupported; the runner records it as such. q is (B, H, Nq, D),
+k and v (B, Hkv, Nk, D); causal masks align bottom-right, as in the reference.
+"""
+import functools
+import zlib
+
+import torch
+import torch.nn.functional as F
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+GPU_ONLY = ("sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "flex")
+
+
+class Unsupported(Exception):
+    """This provider cannot run this cell (a row with status "unsupported" and the reason)."""
+
+
+def attention(cell, device: torch.device):
+    if cell.provider in GPU_ONLY and device.type != "cuda":
+        raise Unsupported(f"{cell.provider} needs a CUDA GPU")
+    return _BUILDERS[cell.provider](cell)
+
+
+def inputs(cell, device: torch.device, requires_grad: bool):
+    """q, k, v and an output gradient, random normal, the same for every provider of a cell's shape."""
+    shape = (cell.batch, cell.heads, cell.kv_heads, cell.seqlen_q, cell.seqlen_k, cell.head_dim, cell.dtype)
+    generator = torch.Generator(device=device).manual_seed(zlib.crc32(repr(shape).encode()))
+
+    def randn(heads, seqlen):
+        return torch.randn(cell.batch, heads, seqlen, cell.head_dim, generator=generator, device=device,
+                           dtype=DTYPES[cell.dtype], requires_grad=requires_grad)
+
+    q, k, v = randn(cell.heads, cell.seqlen_q), randn(cell.kv_heads, cell.seqlen_k), randn(cell.kv_heads, cell.seqlen_k)
+    return q, k, v, randn(cell.heads, cell.seqlen_q).detach()
+
+
+def tile_columns(cell) -> dict:
+    """The tile config and recompute flag that an `ours` row records (the backward's for mode bwd)."""
+    if cell.provider != "ours":
+        return {}
+    from kernels import default_tiles
+
+    pass_ = "bwd" if cell.mode == "bwd" else "fwd"
+    explicit = cell.bwd_tiles if pass_ == "bwd" else cell.fwd_tiles
+    tiles = explicit or tuple(_tile_fields(default_tiles(cell.head_dim, pass_)))
+    recompute = dict(cell.switches).get("recompute", True)
+    return dict(zip(("block_m", "block_n", "num_warps", "num_stages"), tiles), recompute=int(recompute))
+
+
+def _tile_fields(tiles):
+    return tiles.block_m, tiles.block_n, tiles.num_warps, tiles.num_stages
+
+
+def _ours(cell):
+    from kernels import TileConfig, flash_attention
+
+    options = dict(cell.switches)
+    if cell.fwd_tiles:
+        options["fwd_tiles"] = TileConfig(*cell.fwd_tiles)
+    if cell.bwd_tiles:
+        options["bwd_tiles"] = TileConfig(*cell.bwd_tiles)
+
+    def run(q, k, v, **extra):
+        return flash_attention(q, k, v, causal=cell.causal, **options, **extra)
+
+    return run
+
+
+def _standard(cell):
+    from kernels.reference import attention_reference
+
+    return lambda q, k, v: attention_reference(q, k, v, causal=cell.causal, upcast=False)[0]
+
+
+def _sdpa(backend_name: str):
+    def build(cell):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        if cell.causal and cell.seqlen_q != cell.seqlen_k:
+            raise Unsupported("SDPA's is_causal aligns the mask top-left, the reference bottom-right")
+        backend = getattr(SDPBackend, backend_name)
+        gqa = cell.heads != cell.kv_heads
+
+        def run(q, k, v):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=cell.causal, enable_gqa=gqa)
+
+        return run
+
+    return build
+
+
+@functools.cache
+def _compiled_flex():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    # One compilation per shape; the grid has more shapes than dynamo's default limit of 8.
+    torch._dynamo.config.recompile_limit = 256
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def _flex(cell):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    block_mask = None
+    if cell.causal:
+        offset = cell.seqlen_k - cell.seqlen_q  # bottom-right alignment
+
+        def causal_mask(b, h, q_idx, kv_idx):
+            return q_idx + offset >= kv_idx
+
+        block_mask = create_block_mask(causal_mask, None, None, cell.seqlen_q, cell.seqlen_k, device="cuda")
+    flex = _compiled_flex()
+    gqa = cell.heads != cell.kv_heads
+    return lambda q, k, v: flex(q, k, v, block_mask=block_mask, enable_gqa=gqa)
+
+
+_BUILDERS = {
+    "ours": _ours,
+    "standard": _standard,
+    "sdpa_flash": _sdpa("FLASH_ATTENTION"),
+    "sdpa_efficient": _sdpa("EFFICIENT_ATTENTION"),
+    "sdpa_cudnn": _sdpa("CUDNN_ATTENTION"),
+    "flex": _flex,
+}

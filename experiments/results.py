@@ -1,0 +1,136 @@
+"""The tidy CSV schema of results/*.csv, and the journal that makes a run resumable.
+
+One row per measurement, the same columns in every file (CONTRACT.md); a failed measurement is a row
+with its status and a note, never a missing point. While an ablation runs, finished rows go to a
+journal (JSON lines under results/.partial/), so an interrupted run keeps them and a restart skips
+them; the CSV is written once, when every cell has its row.
+"""
+import csv
+import dataclasses
+import json
+import os
+
+STATUSES = ("ok", "oom", "unsupported", "error")
+
+
+@dataclasses.dataclass
+class Row:
+    experiment: str
+    provider: str
+    variant: str = "default"
+    mode: str | None = None
+    dtype: str | None = None
+    batch: int | None = None
+    heads: int | None = None
+    kv_heads: int | None = None
+    seqlen_q: int | None = None
+    seqlen_k: int | None = None
+    head_dim: int | None = None
+    causal: int | None = None
+    # tile config and recompute: ours only
+    block_m: int | None = None
+    block_n: int | None = None
+    num_warps: int | None = None
+    num_stages: int | None = None
+    recompute: int | None = None
+    # timing (triton.testing.do_bench), TFLOP/s by the paper's count, torch.cuda.max_memory_allocated
+    ms: float | None = None
+    ms_p20: float | None = None
+    ms_p80: float | None = None
+    tflops: float | None = None
+    peak_mem_bytes: int | None = None
+    # accuracy: relative L2 error against the float64 reference
+    err_o: float | None = None
+    err_lse: float | None = None
+    err_dq: float | None = None
+    err_dk: float | None = None
+    err_dv: float | None = None
+    status: str = "ok"
+    note: str = ""
+    # provenance
+    gpu: str = ""
+    driver: str = ""
+    cuda: str = ""
+    torch: str = ""
+    triton: str = ""
+    commit: str = ""
+    timestamp: str = ""
+    host_kind: str = ""
+    source: str = "measured"
+
+
+COLUMNS = [field.name for field in dataclasses.fields(Row)]
+
+
+def write_csv(rows: list[dict], path: str) -> None:
+    """Write rows (dicts keyed by COLUMNS) atomically: the file appears complete or not at all."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    partial = path + ".tmp"
+    with open(partial, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, restval="", extrasaction="raise")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({key: "" if value is None else value for key, value in row.items()})
+    os.replace(partial, path)
+
+
+def read_csv(path: str) -> list[dict]:
+    """Rows of a results CSV as dicts of strings; refuses a file whose columns are not COLUMNS."""
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames != COLUMNS:
+            missing = sorted(set(COLUMNS) - set(reader.fieldnames or ()))
+            extra = sorted(set(reader.fieldnames or ()) - set(COLUMNS))
+            raise ValueError(f"{path}: columns differ from the results schema (missing {missing}, unexpected {extra})")
+        return list(reader)
+
+
+class Journal:
+    """Append-only record of one ablation run: which cell started, and each finished cell's row.
+
+    Lines are {"provenance": {...}}, {"start": key} or {"done": key, "row": {...}}; each is flushed
+    and synced before the work it announces goes on, and a torn last line (a kill mid-write) is
+    ignored when read back.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self.rows: dict[str, dict] = {}
+        self.last_started: str | None = None
+        self.provenance: dict = {}
+        if os.path.exists(path):
+            with open(path) as f:
+                for line in f:
+                    try:
+                        self._apply(json.loads(line))
+                    except json.JSONDecodeError:
+                        break
+
+    def _apply(self, entry: dict) -> None:
+        if "provenance" in entry:
+            self.provenance = entry["provenance"]
+        elif "start" in entry:
+            self.last_started = entry["start"]
+        else:
+            self.rows[entry["done"]] = entry["row"]
+
+    def _append(self, entry: dict) -> None:
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        with open(self.path, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self._apply(entry)
+
+    def set_provenance(self, provenance: dict) -> None:
+        self._append({"provenance": provenance})
+
+    def start(self, key: str) -> None:
+        self._append({"start": key})
+
+    def done(self, key: str, row: Row) -> None:
+        self._append({"done": key, "row": dataclasses.asdict(row)})
+
+    def unfinished(self) -> str | None:
+        """The cell that was started last and has no row: the one running when a process died."""
+        return self.last_started if self.last_started not in self.rows else None

@@ -1,0 +1,93 @@
+"""Rules of the experiment stage: one tidy CSV per ablation under results/.
+
+With a CUDA GPU (mode measure) every ablation is measured by `python -m experiments.run`; without one
+(mode archive) `accuracy` runs on Triton's interpreter and the other ablations are copied from
+results/archive/<archive_gpu>/. GPU jobs declare `resources: gpu=1` and pin themselves to a free
+device (experiments/gpus.py), so `--resources gpu=N` runs N of them at once.
+"""
+import json
+import os
+
+from experiments import archive, gpus, grid
+from experiments.settings import ablation_settings
+
+ABLATIONS = list(grid.ABLATIONS)
+RESULT_CSVS = expand("results/{ablation}.csv", ablation=ABLATIONS)
+ARCHIVE = f"results/archive/{config['archive_gpu']}"
+MODE = config["mode"] if config["mode"] != "auto" else ("measure" if gpus.visible_devices() else "archive")
+MEASURED = ABLATIONS if MODE == "measure" else list(grid.INTERPRETER_ABLATIONS)
+ARCHIVED = [ablation for ablation in ABLATIONS if ablation not in MEASURED]
+SETTINGS = ablation_settings(config, ABLATIONS)
+
+
+rule measure:
+    output:
+        csv="results/{ablation}.csv",
+    log:
+        "results/logs/{ablation}.log",
+    conda:
+        "environment.yaml"
+    wildcard_constraints:
+        ablation="|".join(MEASURED),
+    params:
+        settings=lambda wildcards: json.dumps(SETTINGS[wildcards.ablation]),
+    resources:
+        gpu=int(MODE == "measure"),
+    shell:
+        "python3 -m experiments.run {wildcards.ablation} --output {output.csv}"
+        " --settings {params.settings:q} 2>&1 | tee {log}"
+
+
+if ARCHIVED:
+
+    rule from_archive:
+        input:
+            archived=lambda wildcards: archive.archived_csv(ARCHIVE, wildcards.ablation),
+        output:
+            csv="results/{ablation}.csv",
+        log:
+            "results/logs/{ablation}.log",
+        conda:
+            "environment.yaml"
+        wildcard_constraints:
+            ablation="|".join(ARCHIVED),
+        params:
+            gpu=config["archive_gpu"],
+        localrule: True
+        shell:
+            "python3 -m experiments.archive restore --gpu {params.gpu}"
+            " {input.archived} {output.csv} > {log} 2>&1"
+
+else:
+
+    rule archive:
+        input:
+            RESULT_CSVS,
+        output:
+            csv=expand(f"{ARCHIVE}/{{ablation}}.csv", ablation=ABLATIONS),
+            provenance=f"{ARCHIVE}/provenance.json",
+        log:
+            "results/logs/archive.log",
+        conda:
+            "environment.yaml"
+        params:
+            gpu=config["archive_gpu"],
+            dest=lambda wildcards, output: os.path.dirname(output.provenance),
+        localrule: True
+        shell:
+            "python3 -m experiments.archive save --gpu {params.gpu} --dest {params.dest}"
+            " {input} > {log} 2>&1"
+
+
+rule results:
+    input:
+        RESULT_CSVS,
+
+
+for name in ABLATIONS:
+
+    rule:
+        name:
+            name
+        input:
+            f"results/{name}.csv",

@@ -1,0 +1,134 @@
+"""Runs one ablation into its CSV: python -m experiments.run <ablation> --output results/<ablation>.csv
+
+The settings come as JSON from the Snakemake rule (--settings), or from experiments/config.yaml when
+run by hand. The process started here pins itself to a free GPU (experiments/gpus.py) and supervises
+a worker process that measures the cells one at a time, appending each row to a journal under
+results/.partial/ and printing progress. A cell that fails becomes a row with its status and the grid
+goes on; if the worker dies inside a cell (a crash, or a CUDA error that spoils the context), that
+cell is recorded as an error and a fresh worker resumes after it. An interrupted run keeps every
+finished row: rerunning skips them. The CSV is written once all cells have a row.
+"""
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+
+from experiments import grid, gpus, provenance, results
+
+RESTART = 75  # worker's exit code after a cell left the CUDA context unusable
+
+
+def row(cell, values: dict, status: str, note: str, provenance: dict, timestamp: str) -> results.Row:
+    return results.Row(
+        experiment=cell.experiment, provider=cell.provider, variant=cell.variant, mode=cell.mode, dtype=cell.dtype,
+        batch=cell.batch, heads=cell.heads, kv_heads=cell.kv_heads, seqlen_q=cell.seqlen_q, seqlen_k=cell.seqlen_k,
+        head_dim=cell.head_dim, causal=int(cell.causal) if cell.head_dim else None,
+        status=status, note=note, timestamp=timestamp, **values, **provenance,
+    )
+
+
+def supervise(ablation: str, settings: dict, output: str) -> None:
+    device = gpus.pin()
+    on_gpu = device is not None
+    if not on_gpu and ablation not in grid.INTERPRETER_ABLATIONS:
+        sys.exit(f"{ablation} needs a CUDA GPU and this host shows none; "
+                 "run `snakemake --cores 1 --config mode=archive` to take it from results/archive/ instead")
+    print(f"{ablation}: " + (f"CUDA device {device}" if on_gpu else "no CUDA GPU, Triton interpreter"), flush=True)
+    cells = {cell.key: cell for cell in grid.cells(ablation, settings, on_gpu)}
+    digest = hashlib.sha1(json.dumps([settings, on_gpu], sort_keys=True).encode()).hexdigest()[:12]
+    journal_path = os.path.join(os.path.dirname(output) or ".", ".partial", f"{ablation}-{digest}.jsonl")
+    environment = dict(os.environ, **({} if on_gpu else {"TRITON_INTERPRET": "1"}))
+    worker = [sys.executable, "-m", "experiments.run", ablation, "--output", output,
+              "--settings", json.dumps(settings), "--worker", journal_path]
+    while True:
+        finished_before = len(results.Journal(journal_path).rows)
+        code = subprocess.call(worker, env=environment)
+        journal = results.Journal(journal_path)
+        if code == 0:
+            break
+        crashed = journal.unfinished()
+        if crashed is not None:
+            note = f"the measuring process died in this cell (exit code {code})"
+            print(f"{ablation}: {cells[crashed].label}: {note}; resuming after it", flush=True)
+            journal.done(crashed, row(cells[crashed], {}, "error", note, journal.provenance, provenance.timestamp()))
+        elif len(journal.rows) == finished_before:
+            sys.exit(f"{ablation}: the measuring process failed (exit code {code}) before finishing a cell")
+    results.write_csv([journal.rows[key] for key in cells], output)
+    os.remove(journal_path)
+    print(f"{ablation}: wrote {output} ({len(cells)} rows)", flush=True)
+
+
+def work(ablation: str, settings: dict, journal_path: str) -> None:
+    import torch
+
+    from experiments import accuracy, measure, providers
+
+    on_gpu = torch.cuda.is_available()
+    device = torch.device("cuda" if on_gpu else "cpu")
+    cells = grid.cells(ablation, settings, on_gpu)
+    journal = results.Journal(journal_path)
+    journal.set_provenance(provenance.collect())
+    todo = [cell for cell in cells if cell.key not in journal.rows]
+    print(f"{ablation}: {len(cells)} cells, {len(cells) - len(todo)} done before, {len(todo)} to measure", flush=True)
+    started = time.monotonic()
+    for done, cell in enumerate(todo, 1):
+        journal.start(cell.key)
+        values, status, note = {}, "ok", ""
+        try:
+            values.update(providers.tile_columns(cell))
+            if ablation == "accuracy":
+                values.update(accuracy.errors(cell, device))
+            elif ablation == "ceiling":
+                values.update(measure.ceiling(cell, settings))
+            else:
+                values.update(measure.attention(cell, settings))
+        except Exception as error:  # every failure becomes a row; the grid goes on
+            status, note = measure.failure(error)
+        note = values.pop("note", note)
+        journal.done(cell.key, row(cell, values, status, note, journal.provenance, provenance.timestamp()))
+        elapsed = time.monotonic() - started
+        print(f"[{ablation} {done}/{len(todo)}] {cell.label}: {_summary(status, note, values)}"
+              f" | {elapsed:.0f} s, ~{elapsed / done * (len(todo) - done):.0f} s left", flush=True)
+        if on_gpu:
+            try:
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+            except Exception:  # the context is gone: a fresh process carries on
+                sys.exit(RESTART)
+
+
+def _summary(status: str, note: str, values: dict) -> str:
+    if status != "ok":
+        return f"{status}: {note}"
+    if "err_o" in values:
+        return "err_o {err_o:.2e} err_dq {err_dq:.2e}".format(**values)
+    text = f"{values['ms']:.3f} ms"
+    if values.get("tflops"):
+        text += f", {values['tflops']:.1f} TFLOP/s"
+    return text + f", peak {values['peak_mem_bytes'] / 2**30:.2f} GiB"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("ablation", choices=list(grid.ABLATIONS))
+    parser.add_argument("--output", required=True, help="the CSV to write, e.g. results/speed.csv")
+    parser.add_argument("--settings", help="the ablation's settings as JSON (default: experiments/config.yaml)")
+    parser.add_argument("--worker", metavar="JOURNAL", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.settings:
+        settings = json.loads(args.settings)
+    else:
+        from experiments.settings import ablation_settings, load_default
+
+        settings = ablation_settings(load_default(), [args.ablation])[args.ablation]
+    if args.worker:
+        work(args.ablation, settings, args.worker)
+    else:
+        supervise(args.ablation, settings, args.output)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""The experiment config: command-line coercion, validation, and each ablation's resolved settings.
+
+experiments/config.yaml holds every value of the grid; experiments/config.schema.yaml says what each
+key may hold. The Snakefile validates the config that Snakemake assembled (the file plus --config);
+`ablation_settings` then applies full_sweep and hands each ablation the flat dict that its grid in
+experiments/grid.py expands, so the runners never read the config file themselves.
+"""
+import copy
+import os
+
+import yaml
+from snakemake.utils import update_config, validate
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CONFIG_FILE = os.path.join(HERE, "config.yaml")
+SCHEMA_FILE = os.path.join(HERE, "config.schema.yaml")
+
+# Top-level keys that every ablation's settings carry beside its own section.
+SHARED_KEYS = ("warmup_ms", "rep_ms", "tokens", "hidden", "head_dims", "dtypes")
+
+
+def coerce_cli_strings(config: dict) -> dict:
+    """Read strings as numbers or booleans where the schema asks for one, in place.
+
+    `snakemake --config 'speed={seqlens: [512, 1024]}'` parses nested values with YAML's base
+    loader, which leaves every scalar a string; coerced here, such overrides validate like the file.
+    """
+    with open(SCHEMA_FILE) as f:
+        schema = yaml.safe_load(f)
+    _coerce(config, schema, schema)
+    return config
+
+
+def _coerce(value, node: dict, schema: dict):
+    while "$ref" in node:  # local references only: "#/$defs/name"
+        node = schema["$defs"][node["$ref"].rsplit("/", 1)[-1]]
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key in node.get("properties", {}):
+                value[key] = _coerce(item, node["properties"][key], schema)
+    elif isinstance(value, list) and "items" in node:
+        value[:] = [_coerce(item, node["items"], schema) for item in value]
+    elif isinstance(value, str) and node.get("type") in ("integer", "number", "boolean"):
+        parsed = yaml.safe_load(value)
+        if isinstance(parsed, (int, float, bool)):
+            return parsed
+    return value
+
+
+def check(config: dict) -> None:
+    """Validate the config against the schema and the relations that a schema cannot express."""
+    validate(config, SCHEMA_FILE)
+    for head_dim in config["head_dims"]:
+        if config["hidden"] % head_dim:
+            raise ValueError(f"config key hidden: {config['hidden']} is not a multiple of head_dims entry {head_dim}")
+    for key in ("shapes", "interpreter_shapes"):
+        for i, shape in enumerate(config["accuracy"][key]):
+            if shape["heads"] % shape["kv_heads"]:
+                raise ValueError(
+                    f"config key accuracy.{key}[{i}].kv_heads: {shape['kv_heads']} does not divide heads={shape['heads']}"
+                )
+
+
+def ablation_settings(config: dict, ablations) -> dict[str, dict]:
+    """Each ablation's flat settings: the shared top-level keys plus its section, full_sweep applied."""
+    if config["full_sweep"]:
+        config = copy.deepcopy(config)
+        update_config(config, config["full_sweep_overrides"])
+        check(config)
+    shared = {key: config[key] for key in SHARED_KEYS}
+    return {name: {**shared, **config[name]} for name in ablations}
+
+
+def load_default() -> dict:
+    """experiments/config.yaml, checked: for running one ablation outside Snakemake."""
+    with open(CONFIG_FILE) as f:
+        config = yaml.safe_load(f)
+    check(config)
+    return config

@@ -1,0 +1,145 @@
+"""The Snakemake workflow: config validation, planning, lint, and a tiny run end to end on the CPU.
+
+The workflow is copied into a temporary directory with a synthetic GPU archive, so these tests
+never touch the repository's results/ and run on a host without a GPU.
+"""
+import csv
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from experiments import grid, results
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ARCHIVED = [name for name in grid.ABLATIONS if name not in grid.INTERPRETER_ABLATIONS]
+TEST_GPU = "test-gpu"
+
+# A grid small enough for Triton's interpreter on two cores: one shape, one dtype.
+TINY_CONFIG = """
+dtypes: [fp16]
+head_dims: [64]
+accuracy:
+  causal: [false, true]
+  providers: [ours, standard, sdpa_flash]
+  shapes: [{batch: 1, heads: 2, kv_heads: 1, seqlen_q: 37, seqlen_k: 37, head_dim: 24}]
+  interpreter_shapes: [{batch: 1, heads: 2, kv_heads: 1, seqlen_q: 37, seqlen_k: 37, head_dim: 24}]
+"""
+
+
+def snakemake(workdir, *args, check=True):
+    """Run Snakemake in `workdir`; the rules' `python3` is the interpreter running the tests."""
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", *args], cwd=workdir, env=env,
+                          capture_output=True, text=True, timeout=600)
+    if check and done.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+    return done
+
+
+def planned_jobs(done) -> dict[str, int]:
+    """The job counts of a dry run's "Job stats" table."""
+    lines = done.stdout.splitlines()
+    start = lines.index("Job stats:") + 3
+    jobs = {}
+    for line in lines[start:]:
+        name, count = line.split()
+        if name == "total":
+            return jobs
+        jobs[name] = int(count)
+    raise AssertionError(done.stdout)
+
+
+def synthetic_row(experiment: str) -> results.Row:
+    return results.Row(experiment=experiment, provider="ours", mode="fwd", dtype="fp16", batch=1, heads=2,
+                       kv_heads=2, seqlen_q=64, seqlen_k=64, head_dim=64, causal=0, ms=1.0, ms_p20=0.9,
+                       ms_p80=1.1, tflops=1.0, peak_mem_bytes=1, gpu="Test GPU", driver="1", cuda="12",
+                       torch="2", triton="3", commit="abc", timestamp="2026-01-01T00:00:00+00:00", host_kind="cuda")
+
+
+@pytest.fixture
+def workflow(tmp_path):
+    """A copy of the workflow (without the report stage) holding an archive of a synthetic GPU run."""
+    shutil.copy(os.path.join(ROOT, "Snakefile"), tmp_path)
+    for package in ("experiments", "kernels"):
+        shutil.copytree(os.path.join(ROOT, package), tmp_path / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ARCHIVED:
+        rows = [vars(synthetic_row(name))]
+        results.write_csv(rows, str(tmp_path / "results" / "archive" / TEST_GPU / f"{name}.csv"))
+    (tmp_path / "tiny.yaml").write_text(TINY_CONFIG)
+    return tmp_path
+
+
+@pytest.mark.parametrize("override, key", [
+    ("speed={seqlenz: [512]}", "seqlenz"),
+    ("tiles={block_m: [48]}", "block_m"),
+    ("head_dims=[512]", "head_dims"),
+    ("mode=fast", "mode"),
+    ("hidden=2000", "hidden"),
+])
+def test_bad_config_is_refused_naming_the_key(override, key):
+    done = snakemake(ROOT, "-n", "--config", "mode=measure", override, check=False)
+    assert done.returncode != 0
+    assert key in done.stderr + done.stdout
+
+
+def test_each_ablation_plans_alone_when_measuring():
+    for name in grid.ABLATIONS:
+        done = snakemake(ROOT, "-n", name, "--config", "mode=measure")
+        assert planned_jobs(done) == {"measure": 1, name: 1}, done.stdout
+        assert f"wildcards: ablation={name}" in done.stdout
+
+
+def test_a_smaller_seqlen_list_overrides_the_config():
+    done = snakemake(ROOT, "-n", "-p", "speed", "--config", "mode=measure", "speed={seqlens: [512, 1024]}")
+    assert '"seqlens": [512, 1024]' in done.stdout
+
+
+def test_lint_is_clean_for_the_experiment_rules():
+    for mode in ("measure", "archive"):
+        done = snakemake(ROOT, "--lint", "--config", f"mode={mode}", check=False)
+        assert "experiments/rules.smk" not in done.stdout + done.stderr, done.stdout
+
+
+def test_without_gpu_the_plan_reads_the_archive_and_never_rewrites_it(workflow):
+    done = snakemake(workflow, "-n", "results", "--config", "mode=archive", f"archive_gpu={TEST_GPU}")
+    assert planned_jobs(done) == {"from_archive": len(ARCHIVED), "measure": 1, "results": 1}
+    assert "rule archive:" not in done.stdout
+    for name in grid.ABLATIONS:
+        done = snakemake(workflow, "-n", name, "--config", "mode=archive", f"archive_gpu={TEST_GPU}")
+        rule = "measure" if name in grid.INTERPRETER_ABLATIONS else "from_archive"
+        assert planned_jobs(done) == {rule: 1, name: 1}
+
+
+def test_a_missing_archive_says_what_to_run(workflow):
+    done = snakemake(workflow, "-n", "speed", "--config", "mode=archive", "archive_gpu=no-such-gpu", check=False)
+    assert done.returncode != 0
+    assert "snakemake --cores 1 archive" in done.stdout + done.stderr
+    assert TEST_GPU in done.stdout + done.stderr  # lists the archives there are
+
+
+def test_tiny_config_runs_end_to_end_on_the_cpu(workflow):
+    snakemake(workflow, "results", "--configfile", "tiny.yaml", "--config", "mode=archive", f"archive_gpu={TEST_GPU}")
+    for name in ARCHIVED:
+        rows = results.read_csv(str(workflow / "results" / f"{name}.csv"))
+        assert {row["source"] for row in rows} == {f"archive:{TEST_GPU}"}
+        assert {row["gpu"] for row in rows} == {"Test GPU"}
+    rows = results.read_csv(str(workflow / "results" / "accuracy.csv"))
+    status = {(row["provider"], row["causal"]): row["status"] for row in rows}
+    assert status == {(provider, causal): "unsupported" if provider == "sdpa_flash" else "ok"
+                      for provider in ("ours", "standard", "sdpa_flash") for causal in ("0", "1")}
+    for row in rows:
+        assert row["source"] == "measured" and row["host_kind"] == "cpu-interpreter" and row["timestamp"]
+        if row["provider"] == "ours":
+            assert float(row["err_o"]) < 1e-2 and float(row["err_lse"]) < 1e-3
+    assert "[accuracy 6/6]" in (workflow / "results" / "logs" / "accuracy.log").read_text()
+    assert not os.listdir(workflow / "results" / ".partial")
+
+    # a CPU run cannot pass for a GPU run in the archive
+    saved = subprocess.run([sys.executable, "-m", "experiments.archive", "save", "--gpu", TEST_GPU, "--dest",
+                            str(workflow / "archived"), str(workflow / "results" / "accuracy.csv")],
+                           cwd=workflow, capture_output=True, text=True)
+    assert saved.returncode != 0 and "cannot go into the archive" in saved.stderr
