@@ -41,13 +41,14 @@ def padded_head_dim(head_dim: int) -> int:
     return max(16, 1 << (head_dim - 1).bit_length())
 
 
-# Chosen from the `tiles` ablation on the H200 (results/archive/nvidia-h200/tiles.csv); the
-# entries for padded head dims 16 and 32 follow the 64 ones, 256 is sized to fit shared memory.
+# Chosen from a sweep on the H200 at seqlen 8k, fp16 (notes/perf.md, v1): the best config per
+# padded head dim over full and causal. Head dims 16 and 32 take the 64 entries; 256 is sized
+# to fit shared memory (a 128-wide tile at D=256 does not).
 _DEFAULTS = {
-    "fwd": {16: TileConfig(128, 64, 4, 3), 32: TileConfig(128, 64, 4, 3), 64: TileConfig(128, 64, 4, 3),
-            128: TileConfig(128, 64, 8, 3), 256: TileConfig(64, 32, 4, 2)},
-    "bwd": {16: TileConfig(32, 128, 4, 4), 32: TileConfig(32, 128, 4, 4), 64: TileConfig(32, 128, 4, 4),
-            128: TileConfig(32, 128, 8, 3), 256: TileConfig(16, 64, 4, 2)},
+    "fwd": {16: TileConfig(128, 64, 8, 3), 32: TileConfig(128, 64, 8, 3), 64: TileConfig(128, 64, 8, 3),
+            128: TileConfig(128, 128, 8, 3), 256: TileConfig(64, 32, 4, 2)},
+    "bwd": {16: TileConfig(64, 64, 4, 3), 32: TileConfig(64, 64, 4, 3), 64: TileConfig(64, 64, 4, 3),
+            128: TileConfig(64, 128, 8, 3), 256: TileConfig(16, 64, 4, 2)},
 }
 
 
