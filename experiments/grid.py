@@ -15,14 +15,15 @@ CAUSAL_VARIANTS = {
     "full": (False, ()),
 }
 RECOMPUTE_VARIANTS = {"recompute": (("recompute", True),), "store_scores": (("recompute", False),)}
-FORWARD_VARIANTS = {
-    "fa2": (),
-    "fa1_rescale": (("deferred_rescale", False),),
-    "fa1_no_seqpar": (("seq_parallel", False),),
-    "fa1_both": (("deferred_rescale", False), ("seq_parallel", False)),
+# FlashAttention-1-style arms change the forward only (the engine's backward has no such switch),
+# so they run forward and forward+backward; the atomic-dQ arm changes the backward only.
+FA1_VS_FA2_ARMS = {
+    "fa2": ((), ("fwd", "bwd", "fwd_bwd")),
+    "fa1_rescale": ((("deferred_rescale", False),), ("fwd", "fwd_bwd")),
+    "fa1_no_seqpar": ((("seq_parallel", False),), ("fwd", "fwd_bwd")),
+    "fa1_both": ((("deferred_rescale", False), ("seq_parallel", False)), ("fwd", "fwd_bwd")),
+    "atomic_dq": ((("atomic_dq", True),), ("bwd", "fwd_bwd")),
 }
-DQ_VARIANTS = {"separate_dq": (("atomic_dq", False),), "atomic_dq": (("atomic_dq", True),)}
-
 
 @dataclasses.dataclass(frozen=True)
 class Cell:
@@ -50,12 +51,14 @@ class Cell:
 
     @property
     def label(self) -> str:
-        shape = f"B{self.batch} H{self.heads}/{self.kv_heads} N{self.seqlen_q}x{self.seqlen_k} d{self.head_dim}"
+        """A short description for progress lines."""
+        parts = [self.provider, self.variant, self.mode, self.dtype]
+        if self.head_dim is None:
+            return " ".join(parts + [f"size {self.size}"])
+        parts.append(f"B{self.batch} H{self.heads}/{self.kv_heads} N{self.seqlen_q}x{self.seqlen_k} d{self.head_dim}")
+        parts.append("causal" if self.causal else "full")
         tiles = self.fwd_tiles or self.bwd_tiles
-        return " ".join(str(part) for part in (
-            self.provider, self.variant, self.mode, self.dtype,
-            shape if self.head_dim else f"size {self.size}",
-            "causal" if self.causal else "full", f"tiles {tiles}" if tiles else "") if part)
+        return " ".join(parts + ([f"tiles {tiles}"] if tiles else []))
 
 
 def paper_shape(settings: dict, seqlen: int, head_dim: int) -> dict:
@@ -80,7 +83,8 @@ def tiles(s: dict) -> list[Cell]:
     for head_dim, mode in itertools.product(s["head_dims"], ("fwd", "bwd")):
         shape = paper_shape(s, s["seqlen"], head_dim)
         cells.append(Cell("tiles", "ours", mode, s["dtype"], causal=s["causal"], **shape))
-        for config in itertools.product(s["block_m"], s["block_n"], s["num_warps"], s["num_stages"]):
+        sweep = s[mode]
+        for config in itertools.product(sweep["block_m"], sweep["block_n"], sweep["num_warps"], sweep["num_stages"]):
             tiles_of_mode = {"fwd_tiles" if mode == "fwd" else "bwd_tiles": config}
             cells.append(Cell("tiles", "ours", mode, s["dtype"], causal=s["causal"], variant="sweep",
                               **tiles_of_mode, **shape))
@@ -98,11 +102,10 @@ def causal(s: dict) -> list[Cell]:
 
 def seqlen(s: dict) -> list[Cell]:
     cells = []
-    for head_dim, is_causal, mode, n, provider in itertools.product(
-            s["head_dims"], s["causal"], s["modes"], s["seqlens"], s["providers"]):
-        heads = s["hidden"] // head_dim
+    heads = s["hidden"] // s["head_dim"]
+    for is_causal, mode, n, provider in itertools.product(s["causal"], s["modes"], s["seqlens"], s["providers"]):
         cells.append(Cell("seqlen", provider, mode, s["dtype"], batch=s["batch"], heads=heads, kv_heads=heads,
-                          seqlen_q=n, seqlen_k=n, head_dim=head_dim, causal=is_causal))
+                          seqlen_q=n, seqlen_k=n, head_dim=s["head_dim"], causal=is_causal))
     return cells
 
 
@@ -116,16 +119,13 @@ def recompute(s: dict) -> list[Cell]:
 
 
 def fa1_vs_fa2(s: dict) -> list[Cell]:
-    cells = []
-    for head_dim, is_causal, n in itertools.product(s["head_dims"], s["causal"], s["seqlens"]):
-        shape = paper_shape(s, n, head_dim)
-        for variant, switches in FORWARD_VARIANTS.items():
-            cells.append(Cell("fa1_vs_fa2", "ours", "fwd", s["dtype"], causal=is_causal, variant=variant,
-                              switches=switches, **shape))
-        for mode, (variant, switches) in itertools.product(("bwd", "fwd_bwd"), DQ_VARIANTS.items()):
-            cells.append(Cell("fa1_vs_fa2", "ours", mode, s["dtype"], causal=is_causal, variant=variant,
-                              switches=switches, **shape))
-    return cells
+    return [
+        Cell("fa1_vs_fa2", "ours", mode, s["dtype"], causal=is_causal, variant=variant, switches=switches,
+             **paper_shape(s, n, head_dim))
+        for head_dim, is_causal, n in itertools.product(s["head_dims"], s["causal"], s["seqlens"])
+        for variant, (switches, modes) in FA1_VS_FA2_ARMS.items()
+        for mode in modes
+    ]
 
 
 def accuracy(s: dict) -> list[Cell]:

@@ -5,7 +5,8 @@ flush), reporting the median and the 20th and 80th percentiles; do_bench calls t
 before it starts the clock, so compilation and lazy initialisation stay out of the numbers. One more
 call between a reset and a read of torch.cuda.max_memory_allocated gives the peak memory, which thus
 includes the inputs and everything the call allocates. Modes:
-  fwd      o = attention(q, k, v) on inputs that do not require grad
+  fwd      o = attention(q, k, v) on inputs that require grad, as in training (and in the paper's
+           benchmark): what the forward saves for the backward counts towards its memory
   bwd      the forward runs once, untimed; timed: torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
   fwd_bwd  both, timed together
 """
@@ -43,7 +44,7 @@ def _bench(fn, timing: dict) -> dict:
 def attention(cell, timing: dict) -> dict:
     device = torch.device("cuda")
     attend = providers.attention(cell, device)
-    q, k, v, do = providers.inputs(cell, device, requires_grad=cell.mode != "fwd")
+    q, k, v, do = providers.inputs(cell, device)
     if cell.mode == "fwd":
         def fn():
             return attend(q, k, v)

@@ -30,14 +30,14 @@ def attention(cell, device: torch.device):
     return _BUILDERS[cell.provider](cell)
 
 
-def inputs(cell, device: torch.device, requires_grad: bool):
-    """q, k, v and an output gradient, random normal, the same for every provider of a cell's shape."""
+def inputs(cell, device: torch.device):
+    """q, k, v (requiring grad) and an output gradient, random normal, alike for every provider of a shape."""
     shape = (cell.batch, cell.heads, cell.kv_heads, cell.seqlen_q, cell.seqlen_k, cell.head_dim, cell.dtype)
     generator = torch.Generator(device=device).manual_seed(zlib.crc32(repr(shape).encode()))
 
     def randn(heads, seqlen):
         return torch.randn(cell.batch, heads, seqlen, cell.head_dim, generator=generator, device=device,
-                           dtype=DTYPES[cell.dtype], requires_grad=requires_grad)
+                           dtype=DTYPES[cell.dtype], requires_grad=True)
 
     q, k, v = randn(cell.heads, cell.seqlen_q), randn(cell.kv_heads, cell.seqlen_k), randn(cell.kv_heads, cell.seqlen_k)
     return q, k, v, randn(cell.heads, cell.seqlen_q).detach()

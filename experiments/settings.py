@@ -50,7 +50,7 @@ def _coerce(value, node: dict, schema: dict):
 def check(config: dict) -> None:
     """Validate the config against the schema and the relations that a schema cannot express."""
     validate(config, SCHEMA_FILE)
-    for head_dim in config["head_dims"]:
+    for head_dim in config["head_dims"] + [config["seqlen"]["head_dim"]]:
         if config["hidden"] % head_dim:
             raise ValueError(f"config key hidden: {config['hidden']} is not a multiple of head_dims entry {head_dim}")
     for key in ("shapes", "interpreter_shapes"):

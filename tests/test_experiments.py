@@ -1,0 +1,197 @@
+"""The experiment stage's parts: config, grid, FLOP model, results journal, failure statuses, archive
+and the runner's recovery from a worker that dies. The GPU measurement itself runs only with CUDA."""
+import copy
+import json
+import os
+
+import pytest
+import torch
+
+from experiments import archive, flops, grid, measure, providers, results, run
+from experiments.settings import ablation_settings, check, coerce_cli_strings, load_default
+
+CONFIG = load_default()
+SETTINGS = ablation_settings(CONFIG, grid.ABLATIONS)
+
+
+def test_cli_strings_become_the_numbers_the_schema_wants():
+    config = copy.deepcopy(CONFIG)
+    config["speed"] = {"seqlens": ["512", "1024"], "causal": ["true"], "modes": ["fwd"]}
+    config["warmup_ms"] = "12.5"
+    config["archive_gpu"] = "4090"  # a string key stays a string
+    coerce_cli_strings(config)
+    assert config["speed"] == {"seqlens": [512, 1024], "causal": [True], "modes": ["fwd"]}
+    assert config["warmup_ms"] == 12.5 and config["archive_gpu"] == "4090"
+
+
+@pytest.mark.parametrize("change, key", [
+    (lambda c: c.update(hidden=2000), "hidden"),
+    (lambda c: c["accuracy"]["shapes"][0].update(kv_heads=3), "accuracy.shapes[0].kv_heads"),
+    (lambda c: c["full_sweep_overrides"]["tiles"]["fwd"].update(block_q=[64]), "block_q"),
+])
+def test_relations_and_the_full_sweep_are_checked(change, key):
+    config = copy.deepcopy(CONFIG)
+    change(config)
+    with pytest.raises(Exception, match=key.replace("[", r"\[")):
+        check(config)
+        ablation_settings(dict(config, full_sweep=True), grid.ABLATIONS)
+
+
+def test_full_sweep_merges_into_the_sections():
+    swept = ablation_settings(dict(CONFIG, full_sweep=True), grid.ABLATIONS)
+    overrides = CONFIG["full_sweep_overrides"]
+    assert swept["tiles"]["fwd"] == overrides["tiles"]["fwd"]
+    assert swept["seqlen"]["seqlens"] == overrides["seqlen"]["seqlens"]
+    assert swept["speed"]["providers"] == CONFIG["speed"]["providers"]  # untouched keys stay
+    assert len(grid.tiles(swept["tiles"])) > len(grid.tiles(SETTINGS["tiles"]))
+
+
+def test_paper_shapes_keep_tokens_and_hidden():
+    for seqlen in SETTINGS["speed"]["seqlens"]:
+        for head_dim in SETTINGS["speed"]["head_dims"]:
+            shape = grid.paper_shape(SETTINGS["speed"], seqlen, head_dim)
+            assert shape["batch"] * seqlen == CONFIG["tokens"] and shape["heads"] * head_dim == CONFIG["hidden"]
+
+
+def test_every_ablation_has_distinct_cells():
+    for name in grid.ABLATIONS:
+        for on_gpu in (True, False):
+            cells = grid.cells(name, SETTINGS[name], on_gpu)
+            assert cells and len({cell.key for cell in cells}) == len(cells)
+
+
+def test_speed_grid_is_the_paper_grid_with_flex_where_configured():
+    s = SETTINGS["speed"]
+    cells = grid.speed(s)
+    others = [cell for cell in cells if cell.provider != "flex"]
+    assert len(others) == (len(s["dtypes"]) * len(s["head_dims"]) * len(s["causal"]) * len(s["modes"])
+                           * len(s["seqlens"]) * (len(s["providers"]) - 1))
+    flex = [cell for cell in cells if cell.provider == "flex"]
+    assert flex and all(c.seqlen_q in s["flex_seqlens"] and c.dtype in s["flex_dtypes"] for c in flex)
+
+
+def test_tiles_sweep_each_pass_and_measure_the_default():
+    s = SETTINGS["tiles"]
+    cells = grid.tiles(s)
+    for mode, field in (("fwd", "fwd_tiles"), ("bwd", "bwd_tiles")):
+        sweep = [getattr(cell, field) for cell in cells if cell.mode == mode and cell.variant == "sweep"]
+        per_head_dim = len(s[mode]["block_m"]) * len(s[mode]["block_n"]) * len(s[mode]["num_warps"]) * len(
+            s[mode]["num_stages"])
+        assert len(sweep) == per_head_dim * len(s["head_dims"]) and all(sweep)
+        defaults = [cell for cell in cells if cell.mode == mode and cell.variant == "default"]
+        assert len(defaults) == len(s["head_dims"]) and not any(c.fwd_tiles or c.bwd_tiles for c in defaults)
+
+
+def test_accuracy_takes_interpreter_shapes_without_a_gpu():
+    shapes = {(c.seqlen_q, c.head_dim) for c in grid.cells("accuracy", SETTINGS["accuracy"], on_gpu=False)}
+    assert shapes == {(s["seqlen_q"], s["head_dim"]) for s in CONFIG["accuracy"]["interpreter_shapes"]}
+
+
+def test_flop_model_is_the_papers():
+    forward = 4 * 2 * 16 * 1024 * 1024 * 128
+    assert flops.attention_flops(2, 16, 1024, 1024, 128, False, "fwd") == forward
+    assert flops.attention_flops(2, 16, 1024, 1024, 128, True, "fwd") == forward / 2
+    assert flops.attention_flops(2, 16, 1024, 1024, 128, False, "bwd") == 2.5 * forward
+    assert flops.attention_flops(2, 16, 1024, 1024, 128, True, "fwd_bwd") == 3.5 * forward / 2
+    assert flops.attention_flops(1, 1, 512, 1024, 64, True, "fwd") == 4 * 512 * 1024 * 64  # halved only if square
+    assert flops.matmul_flops(8192, 8192, 8192) == 2 * 8192**3
+    assert flops.tflops(1e12, 1000.0) == pytest.approx(1.0)
+
+
+def test_journal_keeps_finished_rows_and_names_the_cell_that_died(tmp_path):
+    path = str(tmp_path / "journal.jsonl")
+    journal = results.Journal(path)
+    journal.set_provenance({"gpu": "g"})
+    journal.start("a")
+    journal.done("a", results.Row("speed", "ours", ms=1.5))
+    journal.start("b")
+    with open(path, "a") as f:
+        f.write('{"done": "b", "row": {"exp')  # torn by a kill mid-write
+    reread = results.Journal(path)
+    assert set(reread.rows) == {"a"} and reread.rows["a"]["ms"] == 1.5
+    assert reread.unfinished() == "b" and reread.provenance == {"gpu": "g"}
+
+
+def test_csv_has_the_schema_columns_and_refuses_others(tmp_path):
+    path = str(tmp_path / "rows.csv")
+    results.write_csv([vars(results.Row("speed", "ours", causal=1, ms=0.25))], path)
+    (row,) = results.read_csv(path)
+    assert list(row) == results.COLUMNS and row["ms"] == "0.25" and row["tflops"] == ""
+    with open(path, "w") as f:
+        f.write("experiment,provider\nspeed,ours\n")
+    with pytest.raises(ValueError, match="missing"):
+        results.read_csv(path)
+
+
+@pytest.mark.parametrize("error, status", [
+    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8 GiB"), "oom"),
+    (providers.Unsupported("needs a CUDA GPU"), "unsupported"),
+    (ValueError("TileConfig.block_m must be a power of two"), "unsupported"),
+    (RuntimeError("No available kernel. Aborting execution."), "unsupported"),
+    (RuntimeError("CUDA error: an illegal memory access was encountered"), "error"),
+])
+def test_failures_get_their_status_and_message(error, status):
+    got, note = measure.failure(error)
+    assert got == status and str(error).split(".")[0] in note
+
+
+def test_archive_saves_a_gpu_run_with_provenance_and_restores_it(tmp_path):
+    rows = [vars(results.Row("speed", "ours", gpu="Test GPU", driver="550", cuda="12.4", torch="2.11", triton="3.6",
+                             commit=commit, timestamp=stamp, host_kind="cuda", status=status))
+            for commit, stamp, status in (("c1", "2026-01-01T00:00:00+00:00", "ok"),
+                                          ("c1", "2026-01-01T00:05:00+00:00", "oom"))]
+    measured = str(tmp_path / "speed.csv")
+    results.write_csv(rows, measured)
+    dest = str(tmp_path / "archive" / "test-gpu")
+    archive.save([measured], "test-gpu", dest)
+    with open(os.path.join(dest, "provenance.json")) as f:
+        summary = json.load(f)
+    assert summary["gpu"] == ["Test GPU"] and summary["commit"] == ["c1"]
+    assert summary["first_timestamp"] < summary["last_timestamp"]
+    assert summary["files"]["speed.csv"]["status"] == {"ok": 1, "oom": 1}
+    with pytest.raises(SystemExit, match="other-gpu"):
+        archive.save([measured], "other-gpu", str(tmp_path / "elsewhere"))
+    restored = str(tmp_path / "restored.csv")
+    archive.restore(os.path.join(dest, "speed.csv"), restored, "test-gpu")
+    assert {row["source"] for row in results.read_csv(restored)} == {"archive:test-gpu"}
+
+
+def test_a_worker_that_dies_in_a_cell_leaves_an_error_row_and_the_run_goes_on(tmp_path, monkeypatch):
+    settings = dict(SETTINGS["ceiling"])
+    cells = grid.ceiling(settings)
+    deaths = []
+
+    def worker(command, env):
+        """Stands in for the worker process: dies in the second cell once, then finishes."""
+        journal = results.Journal(command[command.index("--worker") + 1])
+        journal.set_provenance({"gpu": "Test GPU"})
+        for cell in cells:
+            if cell.key in journal.rows:
+                continue
+            journal.start(cell.key)
+            if cell is cells[1] and not deaths:
+                deaths.append(cell)
+                return -11
+            journal.done(cell.key, run.row(cell, {"ms": 1.0}, "ok", "", journal.provenance, "now"))
+        return 0
+
+    monkeypatch.setattr(run.subprocess, "call", worker)
+    monkeypatch.setattr(run.gpus, "pin", lambda: "0")
+    output = str(tmp_path / "ceiling.csv")
+    run.supervise("ceiling", settings, output)
+    rows = results.read_csv(output)
+    assert [row["status"] for row in rows] == ["ok", "error", "ok"]
+    assert "died in this cell (exit code -11)" in rows[1]["note"] and rows[1]["gpu"] == "Test GPU"
+    assert not os.listdir(tmp_path / ".partial")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_every_provider_measures_a_small_cell_on_the_gpu():
+    timing = {"warmup_ms": 5, "rep_ms": 10}
+    for provider in ("ours", "standard", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "flex"):
+        for mode in ("fwd", "bwd", "fwd_bwd"):
+            cell = grid.Cell("speed", provider, mode, "fp16", batch=2, heads=4, kv_heads=4, seqlen_q=512,
+                             seqlen_k=512, head_dim=64, causal=True)
+            values = measure.attention(cell, timing)
+            assert values["ms_p20"] <= values["ms"] <= values["ms_p80"] and values["tflops"] > 0
+            assert values["peak_mem_bytes"] > 0
