@@ -113,20 +113,24 @@ def paired_ratio(frame: pd.DataFrame, baseline: dict, candidate: dict, value: st
     return pairs.reset_index()
 
 
-def summarise_ratios(pairs: pd.DataFrame, where: list[str] = ("seqlen_k", "head_dim", "causal")) -> dict:
-    """n, min, median, max of pairs.ratio, where the extremes are, and the median at the longest sequence."""
+SHAPE_LABELS = {"seqlen_k": "seqlen", "head_dim": "head_dim", "causal": "causal"}
+
+
+def summarise_ratios(pairs: pd.DataFrame, where: dict[str, str] = SHAPE_LABELS) -> dict:
+    """n, min, median, max of pairs.ratio, the median at the longest sequence, and where the extremes are
+    (as min_at_<label>, max_at_<label> for each column: label in `where`)."""
     if pairs.empty:
         return {"n": 0, "min": None, "median": None, "max": None, "at_longest": None, "longest_seqlen": None,
-                "below_one": 0, **{f"{end}_at_{column}": None for end in ("min", "max") for column in where}}
+                "below_one": 0, **{f"{end}_at_{label}": None for end in ("min", "max") for label in where.values()}}
     longest = pairs["seqlen_k"].max()
     summary = {"n": len(pairs), "min": float(pairs["ratio"].min()), "median": float(pairs["ratio"].median()),
                "max": float(pairs["ratio"].max()), "longest_seqlen": int(longest),
                "at_longest": float(pairs.loc[pairs["seqlen_k"] == longest, "ratio"].median()),
                "below_one": int((pairs["ratio"] < 1).sum())}
     for end, position in (("min", pairs["ratio"].idxmin()), ("max", pairs["ratio"].idxmax())):
-        for column in where:
+        for column, label in where.items():
             item = pairs.loc[position, column]
-            summary[f"{end}_at_{column}"] = item.item() if hasattr(item, "item") else item
+            summary[f"{end}_at_{label}"] = item.item() if hasattr(item, "item") else item
     return summary
 
 
@@ -224,7 +228,7 @@ def error_ratio(frames, hardware, *, baseline, candidate):
                       var_name="quantity", value_name="error")
     long["quantity"] = long["quantity"].map(ERROR_QUANTITIES)
     pairs = paired_ratio(long, {"provider": candidate}, {"provider": baseline}, "error", PAIR_KEYS + ["quantity"])
-    summary = summarise_ratios(pairs, where=["quantity", "dtype", "seqlen_k"])
+    summary = summarise_ratios(pairs, where={"quantity": "quantity", "dtype": "dtype", "seqlen_k": "seqlen"})
     if pairs.empty:
         summary["missing"] = (f"no shape in accuracy.csv with errors of both {candidate} "
                               f"({_status_counts(frame, {'provider': candidate})}) and {baseline} "

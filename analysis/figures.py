@@ -169,7 +169,8 @@ def draw_memory(frames):
                           transform=axis.get_xaxis_transform(), clip_on=False, label=f"{label}: out of memory")
                 axis.axvline(out_of_memory.min(), color=colour, linestyle=":", linewidth=1)
         axis.set_xscale("log", base=2)
-        axis.set_yscale("log")
+        if (shapes["status"] == "ok").any():
+            axis.set_yscale("log")
         seqlens = sorted(shapes["seqlen_k"].unique())
         axis.set_xticks(seqlens, [_label_seqlen(n) for n in seqlens])
         axis.minorticks_off()
@@ -262,9 +263,10 @@ def draw_recompute(frames):
     _arm_lines(axes[0], timing, "recompute", RECOMPUTE_ARMS, "ms", style_column="mode")
     _arm_lines(axes[1], memory, "recompute", RECOMPUTE_ARMS, "peak_mem_bytes", 1 / GIB, style_column="mode")
     seqlens = sorted(frame["seqlen_k"].unique())
-    for axis, ylabel in zip(axes, ("time (ms)", "peak memory (GiB)")):
+    for axis, ylabel, shapes in zip(axes, ("time (ms)", "peak memory (GiB)"), (timing, memory)):
         _seqlen_axis(axis, seqlens)
-        axis.set_yscale("log")
+        if (shapes["status"] == "ok").any():
+            axis.set_yscale("log")
         axis.set_ylabel(ylabel)
     shape = frame.iloc[0]
     figure.suptitle(f"Backward pass: recompute or store (head dim {shape['head_dim']}, {shape['dtype']})")
