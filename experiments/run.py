@@ -9,6 +9,8 @@ cell is recorded as an error and a fresh worker resumes after it. An interrupted
 finished row: rerunning skips them. The CSV is written once all cells have a row.
 """
 import argparse
+import gc
+import glob
 import hashlib
 import json
 import os
@@ -40,9 +42,11 @@ def supervise(ablation: str, settings: dict, output: str) -> None:
     cells = {cell.key: cell for cell in grid.cells(ablation, settings, on_gpu)}
     digest = hashlib.sha1(json.dumps([settings, on_gpu], sort_keys=True).encode()).hexdigest()[:12]
     journal_path = os.path.join(os.path.dirname(output) or ".", ".partial", f"{ablation}-{digest}.jsonl")
-    environment = dict(os.environ, **({} if on_gpu else {"TRITON_INTERPRET": "1"}))
-    worker = [sys.executable, "-m", "experiments.run", ablation, "--output", output,
-              "--settings", json.dumps(settings), "--worker", journal_path]
+    environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    if not on_gpu:
+        environment["TRITON_INTERPRET"] = "1"  # read by triton when the kernels are defined
+    worker = [sys.executable, "-m", "experiments.run", ablation, "--output", output, "--settings", json.dumps(settings),
+              "--worker", journal_path, "--device", "cuda" if on_gpu else "cpu"]
     while True:
         finished_before = len(results.Journal(journal_path).rows)
         code = subprocess.call(worker, env=environment)
@@ -57,17 +61,21 @@ def supervise(ablation: str, settings: dict, output: str) -> None:
         elif len(journal.rows) == finished_before:
             sys.exit(f"{ablation}: the measuring process failed (exit code {code}) before finishing a cell")
     results.write_csv([journal.rows[key] for key in cells], output)
-    os.remove(journal_path)
+    for stale in glob.glob(os.path.join(os.path.dirname(journal_path), f"{ablation}-*.jsonl")):
+        os.remove(stale)  # this run's journal, and those of earlier settings that cannot resume now
     print(f"{ablation}: wrote {output} ({len(cells)} rows)", flush=True)
 
 
-def work(ablation: str, settings: dict, journal_path: str) -> None:
+def work(ablation: str, settings: dict, journal_path: str, device_type: str) -> None:
     import torch
 
     from experiments import accuracy, measure, providers
 
-    on_gpu = torch.cuda.is_available()
-    device = torch.device("cuda" if on_gpu else "cpu")
+    on_gpu = device_type == "cuda"
+    if on_gpu and not torch.cuda.is_available():
+        sys.exit(f"nvidia-smi shows a GPU but torch {torch.__version__} cannot use CUDA: "
+                 "install a CUDA build of torch, or run with --config mode=archive")
+    device = torch.device(device_type)
     cells = grid.cells(ablation, settings, on_gpu)
     journal = results.Journal(journal_path)
     journal.set_provenance(provenance.collect())
@@ -92,6 +100,8 @@ def work(ablation: str, settings: dict, journal_path: str) -> None:
         elapsed = time.monotonic() - started
         print(f"[{ablation} {done}/{len(todo)}] {cell.label}: {_summary(status, note, values)}"
               f" | {elapsed:.0f} s, ~{elapsed / done * (len(todo) - done):.0f} s left", flush=True)
+        if status != "ok":
+            gc.collect()  # what the failed call held may sit in reference cycles of its traceback
         if on_gpu:
             try:
                 torch.cuda.synchronize()
@@ -117,6 +127,7 @@ def main(argv=None) -> None:
     parser.add_argument("--output", required=True, help="the CSV to write, e.g. results/speed.csv")
     parser.add_argument("--settings", help="the ablation's settings as JSON (default: experiments/config.yaml)")
     parser.add_argument("--worker", metavar="JOURNAL", help=argparse.SUPPRESS)
+    parser.add_argument("--device", choices=["cuda", "cpu"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.settings:
         settings = json.loads(args.settings)
@@ -125,7 +136,7 @@ def main(argv=None) -> None:
 
         settings = ablation_settings(load_default(), [args.ablation])[args.ablation]
     if args.worker:
-        work(args.ablation, settings, args.worker)
+        work(args.ablation, settings, args.worker, args.device)
     else:
         supervise(args.ablation, settings, args.output)
 
