@@ -41,8 +41,7 @@ def _bench(fn, timing: dict) -> dict:
     return dict(ms=ms, ms_p20=p20, ms_p80=p80, peak_mem_bytes=torch.cuda.max_memory_allocated())
 
 
-def attention(cell, timing: dict) -> dict:
-    device = torch.device("cuda")
+def attention(cell, timing: dict, device: torch.device) -> dict:
     attend = providers.attention(cell, device)
     q, k, v, do = providers.inputs(cell, device)
     if cell.mode == "fwd":
@@ -62,16 +61,16 @@ def attention(cell, timing: dict) -> dict:
     return dict(result, tflops=flops.tflops(count, result["ms"]))
 
 
-def ceiling(cell, timing: dict) -> dict:
+def ceiling(cell, timing: dict, device: torch.device) -> dict:
     """The roofs: a square matmul (TFLOP/s) and a device-to-device copy (bytes moved in the note)."""
     dtype = providers.DTYPES[cell.dtype]
     if cell.provider == "torch_matmul":
-        a = torch.randn(cell.size, cell.size, device="cuda", dtype=dtype)
-        b = torch.randn(cell.size, cell.size, device="cuda", dtype=dtype)
+        a = torch.randn(cell.size, cell.size, device=device, dtype=dtype)
+        b = torch.randn(cell.size, cell.size, device=device, dtype=dtype)
         result = _bench(lambda: torch.matmul(a, b), timing)
         count = flops.matmul_flops(cell.size, cell.size, cell.size)
         return dict(result, tflops=flops.tflops(count, result["ms"]), note=f"m=n=k={cell.size}")
-    source = torch.empty(cell.size // dtype.itemsize, device="cuda", dtype=dtype).fill_(1)
+    source = torch.empty(cell.size // dtype.itemsize, device=device, dtype=dtype).fill_(1)
     target = torch.empty_like(source)
     result = _bench(lambda: target.copy_(source), timing)
     return dict(result, note=f"bytes={2 * cell.size}")  # each byte read once and written once

@@ -90,9 +90,9 @@ def work(ablation: str, settings: dict, journal_path: str, device_type: str) -> 
             if ablation == "accuracy":
                 values.update(accuracy.errors(cell, device))
             elif ablation == "ceiling":
-                values.update(measure.ceiling(cell, settings))
+                values.update(measure.ceiling(cell, settings, device))
             else:
-                values.update(measure.attention(cell, settings))
+                values.update(measure.attention(cell, settings, device))
         except Exception as error:  # every failure becomes a row; the grid goes on
             status, note = measure.failure(error)
         note = values.pop("note", note)

@@ -185,6 +185,28 @@ def test_a_worker_that_dies_in_a_cell_leaves_an_error_row_and_the_run_goes_on(tm
     assert not os.listdir(tmp_path / ".partial")
 
 
+@pytest.mark.parametrize("mode", ["fwd", "bwd", "fwd_bwd"])
+def test_each_mode_times_the_call_it_names(mode, monkeypatch):
+    """On the CPU (interpreter), with the timer replaced: the timed function's result and the FLOP count."""
+    timed = []
+
+    def bench(fn, timing):
+        timed.append(fn())
+        return {"ms": 2.0, "ms_p20": 1.9, "ms_p80": 2.1, "peak_mem_bytes": 0}
+
+    monkeypatch.setattr(measure, "_bench", bench)
+    cell = grid.Cell("speed", "standard", mode, "fp16", batch=1, heads=2, kv_heads=2, seqlen_q=32, seqlen_k=32,
+                     head_dim=16, causal=True)
+    values = measure.attention(cell, {}, torch.device("cpu"))
+    (result,) = timed
+    if mode == "fwd":
+        assert result.shape == (1, 2, 32, 16) and result.requires_grad
+    else:
+        assert len(result) == 3 and all(grad.shape == (1, 2, 32, 16) for grad in result)
+    count = flops.attention_flops(1, 2, 32, 32, 16, True, mode)
+    assert values["tflops"] == pytest.approx(count / 2e-3 / 1e12)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_every_provider_measures_a_small_cell_on_the_gpu():
     timing = {"warmup_ms": 5, "rep_ms": 10}
@@ -192,6 +214,6 @@ def test_every_provider_measures_a_small_cell_on_the_gpu():
         for mode in ("fwd", "bwd", "fwd_bwd"):
             cell = grid.Cell("speed", provider, mode, "fp16", batch=2, heads=4, kv_heads=4, seqlen_q=512,
                              seqlen_k=512, head_dim=64, causal=True)
-            values = measure.attention(cell, timing)
+            values = measure.attention(cell, timing, torch.device("cuda"))
             assert values["ms_p20"] <= values["ms"] <= values["ms_p80"] and values["tflops"] > 0
             assert values["peak_mem_bytes"] > 0

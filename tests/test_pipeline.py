@@ -1,17 +1,18 @@
 """The Snakemake workflow: config validation, planning, lint, and a tiny run end to end on the CPU.
 
 The workflow is copied into a temporary directory with a synthetic GPU archive, so these tests
-never touch the repository's results/ and run on a host without a GPU.
+never touch the repository's results/; they take the CPU path even on a GPU host, but for the last,
+which measures a tiny grid where there is a GPU.
 """
-import csv
 import os
 import shutil
 import subprocess
 import sys
 
 import pytest
+import torch
 
-from experiments import grid, results
+from experiments import gpus, grid, results
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARCHIVED = [name for name in grid.ABLATIONS if name not in grid.INTERPRETER_ABLATIONS]
@@ -29,9 +30,12 @@ accuracy:
 """
 
 
-def snakemake(workdir, *args, check=True):
-    """Run Snakemake in `workdir`; the rules' `python3` is the interpreter running the tests."""
+def snakemake(workdir, *args, check=True, cpu_only=True):
+    """Run Snakemake in `workdir`, as on a host without a GPU unless cpu_only is False; the rules'
+    `python3` is the interpreter running the tests."""
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    if cpu_only:
+        env[gpus.COUNT_ENV] = "0"
     done = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", *args], cwd=workdir, env=env,
                           capture_output=True, text=True, timeout=600)
     if check and done.returncode != 0:
@@ -143,3 +147,14 @@ def test_tiny_config_runs_end_to_end_on_the_cpu(workflow):
                             str(workflow / "archived"), str(workflow / "results" / "accuracy.csv")],
                            cwd=workflow, capture_output=True, text=True)
     assert saved.returncode != 0 and "cannot go into the archive" in saved.stderr
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_tiny_speed_grid_is_measured_on_the_gpu(workflow):
+    tiny = "speed={seqlens: [256], modes: [fwd, bwd], providers: [ours, sdpa_flash], flex_seqlens: []}"
+    snakemake(workflow, "speed", "--config", "mode=measure", "dtypes=[fp16]", "head_dims=[64]", tiny, cpu_only=False)
+    rows = results.read_csv(str(workflow / "results" / "speed.csv"))
+    assert len(rows) == 2 * 2 * 2  # causal x modes x providers
+    for row in rows:
+        assert row["status"] == "ok" and float(row["tflops"]) > 0 and int(row["peak_mem_bytes"]) > 0
+        assert row["host_kind"] == "cuda" and row["source"] == "measured" and row["gpu"] and row["driver"]
