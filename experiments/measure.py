@@ -10,6 +10,11 @@ includes the inputs and everything the call allocates. Modes:
   bwd      the forward runs once, untimed; timed: torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
   fwd_bwd  both, timed together
 """
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
 import torch
 import triton.testing
 from triton.runtime.errors import OutOfResources
@@ -41,7 +46,8 @@ def _bench(fn, timing: dict) -> dict:
     return dict(ms=ms, ms_p20=p20, ms_p80=p80, peak_mem_bytes=torch.cuda.max_memory_allocated())
 
 
-def attention(cell, timing: dict, device: torch.device) -> dict:
+def _timed_call(cell, device: torch.device):
+    """The function that a cell times, inputs bound."""
     attend = providers.attention(cell, device)
     q, k, v, do = providers.inputs(cell, device)
     if cell.mode == "fwd":
@@ -55,7 +61,11 @@ def attention(cell, timing: dict, device: torch.device) -> dict:
     else:
         def fn():
             return torch.autograd.grad(attend(q, k, v), (q, k, v), do)
-    result = _bench(fn, timing)
+    return fn
+
+
+def attention(cell, timing: dict, device: torch.device) -> dict:
+    result = _bench(_timed_call(cell, device), timing)
     count = flops.attention_flops(cell.batch, cell.heads, cell.seqlen_q, cell.seqlen_k, cell.head_dim,
                                   cell.causal, cell.mode)
     return dict(result, tflops=flops.tflops(count, result["ms"]))
@@ -74,3 +84,36 @@ def ceiling(cell, timing: dict, device: torch.device) -> dict:
     target = torch.empty_like(source)
     result = _bench(lambda: target.copy_(source), timing)
     return dict(result, note=f"bytes={2 * cell.size}")  # each byte read once and written once
+
+
+def precompile(cells, device: torch.device) -> None:
+    """Compile the Triton kernels of the `ours` cells in parallel processes, ahead of the measurement.
+
+    Each kernel specialisation (tile config, switches, pass, dtype, head dim, mask) is compiled once,
+    by one call of a cell that needs it, in a pool with a process per CPU this job may use; Triton's
+    on-disk cache then serves the measuring process, which would otherwise compile them one after
+    another. Failures are left for the measurement to record.
+    """
+    kernels = {}
+    for cell in cells:
+        if cell.provider == "ours":
+            key = (cell.mode, cell.dtype, cell.head_dim, cell.causal, cell.switches, cell.fwd_tiles, cell.bwd_tiles)
+            kernels.setdefault(key, cell)
+    workers = min(len(kernels), len(os.sched_getaffinity(0)), 16)
+    if workers < 2:
+        return
+    print(f"compiling {len(kernels)} kernel configurations in {workers} processes", flush=True)
+    context = multiprocessing.get_context("spawn")
+    try:
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+            list(pool.map(_call_once, kernels.values(), [device.type] * len(kernels)))
+    except BrokenProcessPool:  # a configuration that kills its process: the measurement records it
+        pass
+
+
+def _call_once(cell, device_type: str) -> None:
+    try:
+        _timed_call(cell, torch.device(device_type))()
+        torch.cuda.synchronize()
+    except Exception:
+        pass

@@ -82,6 +82,8 @@ def work(ablation: str, settings: dict, journal_path: str, device_type: str) -> 
     todo = [cell for cell in cells if cell.key not in journal.rows]
     print(f"{ablation}: {len(cells)} cells, {len(cells) - len(todo)} done before, {len(todo)} to measure", flush=True)
     started = time.monotonic()
+    if on_gpu:
+        measure.precompile(todo, device)
     for done, cell in enumerate(todo, 1):
         journal.start(cell.key)
         values, status, note = {}, "ok", ""
