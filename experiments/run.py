@@ -23,12 +23,13 @@ from experiments import grid, gpus, provenance, results
 RESTART = 75  # worker's exit code after a cell left the CUDA context unusable
 
 
-def row(cell, values: dict, status: str, note: str, provenance: dict, timestamp: str) -> results.Row:
+def row(cell, values: dict, status: str, note: str, origin: dict, timestamp: str) -> results.Row:
+    """A cell's row: its identity, measured values, status, and the provenance columns of `origin`."""
     return results.Row(
         experiment=cell.experiment, provider=cell.provider, variant=cell.variant, mode=cell.mode, dtype=cell.dtype,
         batch=cell.batch, heads=cell.heads, kv_heads=cell.kv_heads, seqlen_q=cell.seqlen_q, seqlen_k=cell.seqlen_k,
         head_dim=cell.head_dim, causal=int(cell.causal) if cell.head_dim else None,
-        status=status, note=note, timestamp=timestamp, **values, **provenance,
+        status=status, note=note, timestamp=timestamp, **values, **origin,
     )
 
 
@@ -55,9 +56,11 @@ def supervise(ablation: str, settings: dict, output: str) -> None:
             break
         crashed = journal.unfinished()
         if crashed is not None:
-            note = f"the measuring process died in this cell (exit code {code})"
-            print(f"{ablation}: {cells[crashed].label}: {note}; resuming after it", flush=True)
-            journal.done(crashed, row(cells[crashed], {}, "error", note, journal.provenance, provenance.timestamp()))
+            from experiments.providers import tile_columns
+
+            cell, note = cells[crashed], f"the measuring process died in this cell (exit code {code})"
+            print(f"{ablation}: {cell.label}: {note}; resuming after it", flush=True)
+            journal.done(crashed, row(cell, tile_columns(cell), "error", note, journal.provenance, provenance.timestamp()))
         elif len(journal.rows) == finished_before:
             sys.exit(f"{ablation}: the measuring process failed (exit code {code}) before finishing a cell")
     results.write_csv([journal.rows[key] for key in cells], output)
@@ -81,9 +84,9 @@ def work(ablation: str, settings: dict, journal_path: str, device_type: str) -> 
     journal.set_provenance(provenance.collect())
     todo = [cell for cell in cells if cell.key not in journal.rows]
     print(f"{ablation}: {len(cells)} cells, {len(cells) - len(todo)} done before, {len(todo)} to measure", flush=True)
-    started = time.monotonic()
     if on_gpu:
         measure.precompile(todo, device)
+    started = time.monotonic()
     for done, cell in enumerate(todo, 1):
         journal.start(cell.key)
         values, status, note = {}, "ok", ""

@@ -157,8 +157,8 @@ def test_archive_saves_a_gpu_run_with_provenance_and_restores_it(tmp_path):
 
 
 def test_a_worker_that_dies_in_a_cell_leaves_an_error_row_and_the_run_goes_on(tmp_path, monkeypatch):
-    settings = dict(SETTINGS["ceiling"])
-    cells = grid.ceiling(settings)
+    settings = dict(SETTINGS["tiles"], head_dims=[64], fwd=dict(SETTINGS["tiles"]["fwd"], num_stages=[2]))
+    cells = grid.tiles(settings)[:3]
     deaths = []
 
     def worker(command, env):
@@ -177,11 +177,13 @@ def test_a_worker_that_dies_in_a_cell_leaves_an_error_row_and_the_run_goes_on(tm
 
     monkeypatch.setattr(run.subprocess, "call", worker)
     monkeypatch.setattr(run.gpus, "pin", lambda: "0")
-    output = str(tmp_path / "ceiling.csv")
-    run.supervise("ceiling", settings, output)
+    monkeypatch.setattr(run.grid, "cells", lambda ablation, settings, on_gpu: cells)
+    output = str(tmp_path / "tiles.csv")
+    run.supervise("tiles", settings, output)
     rows = results.read_csv(output)
     assert [row["status"] for row in rows] == ["ok", "error", "ok"]
     assert "died in this cell (exit code -11)" in rows[1]["note"] and rows[1]["gpu"] == "Test GPU"
+    assert [int(rows[1][name]) for name in ("block_m", "block_n", "num_warps", "num_stages")] == list(cells[1].fwd_tiles)
     assert not os.listdir(tmp_path / ".partial")
 
 
