@@ -87,26 +87,29 @@ def ceiling(cell, timing: dict, device: torch.device) -> dict:
 
 
 def precompile(cells, device: torch.device) -> None:
-    """Compile the Triton kernels of the `ours` cells in parallel processes, ahead of the measurement.
+    """Compile what the cells will run, in parallel processes, ahead of the measurement.
 
-    Each kernel specialisation (tile config, switches, pass, dtype, head dim, mask) is compiled once,
-    by one call of a cell that needs it, in a pool with a process per CPU this job may use; Triton's
-    on-disk cache then serves the measuring process, which would otherwise compile them one after
-    another. Failures are left for the measurement to record.
+    Each Triton specialisation of `ours` (tile config, switches, pass, dtype, head dim, mask) and
+    each FlexAttention graph (torch.compile specialises on the shape) is compiled once, by one call
+    of a cell that needs it, in a pool with a process per CPU this job may use. Triton's and
+    Inductor's on-disk caches then serve the measuring process, which would otherwise compile them
+    one after another. Failures are left for the measurement to record.
     """
-    kernels = {}
+    representatives = {}
     for cell in cells:
-        if cell.provider == "ours":
-            key = (cell.mode, cell.dtype, cell.head_dim, cell.causal, cell.switches, cell.fwd_tiles, cell.bwd_tiles)
-            kernels.setdefault(key, cell)
-    workers = min(len(kernels), len(os.sched_getaffinity(0)), 16)
+        if cell.provider in ("ours", "flex"):
+            shape = (cell.batch, cell.heads, cell.seqlen_q, cell.seqlen_k) if cell.provider == "flex" else ()
+            key = (cell.provider, cell.mode, cell.dtype, cell.head_dim, cell.causal, cell.switches, cell.fwd_tiles,
+                   cell.bwd_tiles, shape)
+            representatives.setdefault(key, cell)
+    workers = min(len(representatives), len(os.sched_getaffinity(0)), 16)
     if workers < 2:
         return
-    print(f"compiling {len(kernels)} kernel configurations in {workers} processes", flush=True)
+    print(f"compiling {len(representatives)} kernel configurations in {workers} processes", flush=True)
     context = multiprocessing.get_context("spawn")
     try:
         with ProcessPoolExecutor(workers, mp_context=context) as pool:
-            list(pool.map(_call_once, kernels.values(), [device.type] * len(kernels)))
+            list(pool.map(_call_once, representatives.values(), [device.type] * len(representatives)))
     except BrokenProcessPool:  # a configuration that kills its process: the measurement records it
         pass
 
