@@ -11,8 +11,8 @@ from experiments import providers
 
 
 def relative_error(x: torch.Tensor, reference: torch.Tensor) -> float:
-    reference = reference.double()
-    return float((x.double() - reference).norm() / reference.norm())
+    x, reference = x.detach().double(), reference.detach().double()
+    return float((x - reference).norm() / reference.norm())
 
 
 def errors(cell, device: torch.device) -> dict:
