@@ -90,15 +90,15 @@ def test_bad_config_is_refused_naming_the_key(override, key):
     assert key in done.stderr + done.stdout
 
 
-def test_each_ablation_plans_alone_when_measuring():
+def test_each_ablation_plans_alone_when_measuring(workflow):
     for name in grid.ABLATIONS:
-        done = snakemake(ROOT, "-n", name, "--config", "mode=measure")
+        done = snakemake(workflow, "-n", name, "--config", "mode=measure")
         assert planned_jobs(done) == {"measure": 1, name: 1}, done.stdout
         assert f"wildcards: ablation={name}" in done.stdout
 
 
-def test_a_smaller_seqlen_list_overrides_the_config():
-    done = snakemake(ROOT, "-n", "-p", "speed", "--config", "mode=measure", "speed={seqlens: [512, 1024]}")
+def test_a_smaller_seqlen_list_overrides_the_config(workflow):
+    done = snakemake(workflow, "-n", "-p", "speed", "--config", "mode=measure", "speed={seqlens: [512, 1024]}")
     assert '"seqlens": [512, 1024]' in done.stdout
 
 
