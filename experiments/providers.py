@@ -10,6 +10,7 @@
 A provider that cannot run a cell raises Unsupported; the runner records it as such. q is (B, H, Nq, D),
 k and v (B, Hkv, Nk, D); causal masks align bottom-right, as in the reference.
 """
+import dataclasses
 import functools
 import zlib
 
@@ -51,13 +52,11 @@ def tile_columns(cell) -> dict:
 
     pass_ = "bwd" if cell.mode == "bwd" else "fwd"
     explicit = cell.bwd_tiles if pass_ == "bwd" else cell.fwd_tiles
-    tiles = explicit or tuple(_tile_fields(default_tiles(cell.head_dim, pass_)))
-    recompute = dict(cell.switches).get("recompute", True)
-    return dict(zip(("block_m", "block_n", "num_warps", "num_stages"), tiles), recompute=int(recompute))
-
-
-def _tile_fields(tiles):
-    return tiles.block_m, tiles.block_n, tiles.num_warps, tiles.num_stages
+    if explicit:
+        tiles = dict(zip(("block_m", "block_n", "num_warps", "num_stages"), explicit))
+    else:
+        tiles = dataclasses.asdict(default_tiles(cell.head_dim, pass_))
+    return dict(tiles, recompute=int(dict(cell.switches).get("recompute", True)))
 
 
 def _ours(cell):

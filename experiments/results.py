@@ -10,9 +10,6 @@ import dataclasses
 import json
 import os
 
-STATUSES = ("ok", "oom", "unsupported", "error")
-
-
 @dataclasses.dataclass
 class Row:
     experiment: str
@@ -45,7 +42,7 @@ class Row:
     err_dq: float | None = None
     err_dk: float | None = None
     err_dv: float | None = None
-    status: str = "ok"
+    status: str = "ok"  # ok | oom | unsupported | error
     note: str = ""
     # provenance
     gpu: str = ""
