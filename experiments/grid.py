@@ -25,6 +25,7 @@ FA1_VS_FA2_ARMS = {
     "atomic_dq": ((("atomic_dq", True),), ("bwd", "fwd_bwd")),
 }
 
+
 @dataclasses.dataclass(frozen=True)
 class Cell:
     experiment: str
@@ -70,11 +71,11 @@ def paper_shape(settings: dict, seqlen: int, head_dim: int) -> dict:
 
 def speed(s: dict) -> list[Cell]:
     cells = []
-    for dtype, head_dim, causal, mode in itertools.product(s["dtypes"], s["head_dims"], s["causal"], s["modes"]):
-        for seqlen, provider in itertools.product(s["seqlens"], s["providers"]):
-            if provider == "flex" and (seqlen not in s["flex_seqlens"] or dtype not in s["flex_dtypes"]):
+    for dtype, head_dim, is_causal, mode in itertools.product(s["dtypes"], s["head_dims"], s["causal"], s["modes"]):
+        for n, provider in itertools.product(s["seqlens"], s["providers"]):
+            if provider == "flex" and (n not in s["flex_seqlens"] or dtype not in s["flex_dtypes"]):
                 continue
-            cells.append(Cell("speed", provider, mode, dtype, causal=causal, **paper_shape(s, seqlen, head_dim)))
+            cells.append(Cell("speed", provider, mode, dtype, causal=is_causal, **paper_shape(s, n, head_dim)))
     return cells
 
 
@@ -94,19 +95,19 @@ def tiles(s: dict) -> list[Cell]:
 def causal(s: dict) -> list[Cell]:
     return [
         Cell("causal", "ours", mode, s["dtype"], causal=is_causal, variant=variant, switches=switches,
-             **paper_shape(s, seqlen, head_dim))
-        for head_dim, mode, seqlen in itertools.product(s["head_dims"], s["modes"], s["seqlens"])
+             **paper_shape(s, n, head_dim))
+        for head_dim, mode, n in itertools.product(s["head_dims"], s["modes"], s["seqlens"])
         for variant, (is_causal, switches) in CAUSAL_VARIANTS.items()
     ]
 
 
 def seqlen(s: dict) -> list[Cell]:
-    cells = []
     heads = s["hidden"] // s["head_dim"]
-    for is_causal, mode, n, provider in itertools.product(s["causal"], s["modes"], s["seqlens"], s["providers"]):
-        cells.append(Cell("seqlen", provider, mode, s["dtype"], batch=s["batch"], heads=heads, kv_heads=heads,
-                          seqlen_q=n, seqlen_k=n, head_dim=s["head_dim"], causal=is_causal))
-    return cells
+    return [
+        Cell("seqlen", provider, mode, s["dtype"], batch=s["batch"], heads=heads, kv_heads=heads, seqlen_q=n,
+             seqlen_k=n, head_dim=s["head_dim"], causal=is_causal)
+        for is_causal, mode, n, provider in itertools.product(s["causal"], s["modes"], s["seqlens"], s["providers"])
+    ]
 
 
 def recompute(s: dict) -> list[Cell]:

@@ -52,7 +52,8 @@ def check(config: dict) -> None:
     validate(config, SCHEMA_FILE)
     for head_dim in config["head_dims"] + [config["seqlen"]["head_dim"]]:
         if config["hidden"] % head_dim:
-            raise ValueError(f"config key hidden: {config['hidden']} is not a multiple of head_dims entry {head_dim}")
+            raise ValueError(f"config key hidden: {config['hidden']} is not a multiple of head dim {head_dim} "
+                             "(head_dims, seqlen.head_dim)")
     for key in ("shapes", "interpreter_shapes"):
         for i, shape in enumerate(config["accuracy"][key]):
             if shape["heads"] % shape["kv_heads"]:
