@@ -17,28 +17,27 @@ import sys
 
 from experiments import provenance, results
 
-PROVENANCE_COLUMNS = ("gpu", "driver", "cuda", "torch", "triton")
+SUMMARISED = ("gpu", "driver", "cuda", "torch", "triton", "commit")
 
 
 def save(csv_paths: list[str], gpu: str, dest: str) -> None:
-    summary = {"gpu_slug": gpu, "archived_at": provenance.timestamp(), "files": {}}
-    collected = collections.defaultdict(set)
+    seen, files = collections.defaultdict(set), {}
     for path in csv_paths:
         rows = results.read_csv(path)
         for row in rows:
             if row["source"] != "measured" or provenance.slug(row["gpu"]) != gpu:
                 sys.exit(f"{path}: a row from {row['source']} on GPU {row['gpu']!r} cannot go into the archive of {gpu}; "
                          f"archive a run measured on that GPU (or set --config archive_gpu={provenance.slug(row['gpu'])})")
-            for column in PROVENANCE_COLUMNS + ("commit",):
-                collected[column].add(row[column])
-            collected["timestamp"].add(row["timestamp"])
+            for column in SUMMARISED + ("timestamp",):
+                seen[column].add(row[column])
         with open(path, "rb") as f:
             digest = hashlib.sha256(f.read()).hexdigest()
         statuses = collections.Counter(row["status"] for row in rows)
-        summary["files"][os.path.basename(path)] = {"rows": len(rows), "status": dict(statuses), "sha256": digest}
-    stamps = sorted(collected.pop("timestamp") - {""})
-    summary.update({column: sorted(collected[column]) for column in PROVENANCE_COLUMNS + ("commit",)})
-    summary.update(first_timestamp=stamps[0] if stamps else "", last_timestamp=stamps[-1] if stamps else "")
+        files[os.path.basename(path)] = {"rows": len(rows), "status": dict(statuses), "sha256": digest}
+    stamps = sorted(seen["timestamp"] - {""}) or [""]
+    summary = {"gpu_slug": gpu, **{column: sorted(seen[column]) for column in SUMMARISED},
+               "first_timestamp": stamps[0], "last_timestamp": stamps[-1],
+               "archived_at": provenance.timestamp(), "files": files}
     os.makedirs(dest, exist_ok=True)
     for path in csv_paths:
         shutil.copyfile(path, os.path.join(dest, os.path.basename(path)))

@@ -24,8 +24,7 @@ from experiments import flops, providers
 
 def failure(error: BaseException) -> tuple[str, str]:
     """The status and note of a cell that raised `error`."""
-    message = f"{type(error).__name__}: {error}".strip().splitlines()
-    note = message[0][:300] if message else type(error).__name__
+    note = f"{type(error).__name__}: {error}".splitlines()[0][:300]  # the first line says what went wrong
     if isinstance(error, torch.OutOfMemoryError):
         return "oom", note
     if isinstance(error, providers.Unsupported):
