@@ -2,8 +2,8 @@
 
 `attention(cell, device)` returns fn(q, k, v) -> o for the cell's provider:
   ours            kernels.flash_attention with the cell's tile config and ablation switches
-  standard        PyTorch standard attention (matmul, softmax, matmul in the input precision), i.e.
-                  kernels.reference.attention_reference(..., upcast=False)
+  standard        PyTorch standard attention (matmul, softmax, matmul in the input precision):
+                  kernels.reference.standard_attention
   sdpa_flash, sdpa_efficient, sdpa_cudnn
                   torch.nn.functional.scaled_dot_product_attention pinned to one backend
   flex            FlexAttention through torch.compile (compiled once per shape), causal by block mask
@@ -75,9 +75,9 @@ def _ours(cell):
 
 
 def _standard(cell):
-    from kernels.reference import attention_reference
+    from kernels.reference import standard_attention
 
-    return lambda q, k, v: attention_reference(q, k, v, causal=cell.causal, upcast=False)[0]
+    return lambda q, k, v: standard_attention(q, k, v, causal=cell.causal)
 
 
 def _sdpa(backend_name: str):
