@@ -12,6 +12,7 @@ includes the inputs and everything the call allocates. Modes:
 """
 import multiprocessing
 import os
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -64,10 +65,36 @@ def _timed_call(cell, device: torch.device):
 
 
 def attention(cell, timing: dict, device: torch.device) -> dict:
-    result = _bench(_timed_call(cell, device), timing)
+    fn = _timed_call(cell, device)
+    result = _bench(fn, timing) | _tile_fallback(cell, fn)
     count = flops.attention_flops(cell.batch, cell.heads, cell.seqlen_q, cell.seqlen_k, cell.head_dim,
                                   cell.causal, cell.mode)
     return dict(result, tflops=flops.tflops(count, result["ms"]))
+
+
+def _tile_fallback(cell, fn) -> dict:
+    """If the engine stepped its default tiles down for this cell: the config it ran, and a note.
+
+    The tile columns then record what ran (the backward's config for mode bwd, the forward's
+    otherwise, as providers.tile_columns does) instead of the default that was asked for.
+    """
+    if cell.provider != "ours":
+        return {}
+    from kernels import TileFallbackWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TileFallbackWarning)
+        fn()
+    fallbacks = [w.message for w in caught if isinstance(w.message, TileFallbackWarning)]
+    if not fallbacks:
+        return {}
+    wanted = "bwd" if cell.mode == "bwd" else "fwd"
+    used = next((f.used for f in fallbacks if f.kernel.startswith(wanted)), None)
+    values = {"note": "; ".join(str(f) for f in fallbacks)}
+    if used is not None:
+        values.update(block_m=used.block_m, block_n=used.block_n, num_warps=used.num_warps,
+                      num_stages=used.num_stages)
+    return values
 
 
 def ceiling(cell, timing: dict, device: torch.device) -> dict:

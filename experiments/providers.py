@@ -104,6 +104,9 @@ def _compiled_flex():
 
     # One compilation per shape; the grid has more shapes than dynamo's default limit of 8.
     torch._dynamo.config.recompile_limit = 256
+    # Compiled backwards donate their saved buffers by default, which refuses the
+    # retain_graph=True that the `bwd` mode times with (seen with torch 2.11).
+    torch._functorch.config.donated_buffer = False
     return torch.compile(flex_attention, dynamic=False)
 
 

@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from kernels._forward import LOG2E, _causal_key_bounds, _load_tile
-from kernels.tiles import TileConfig, padded_head_dim
+from kernels.tiles import TileConfig, launch_fitting, padded_head_dim
 
 
 @triton.jit
@@ -309,9 +309,12 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, Scores, Lse, Delta,
 
 def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                        lse: torch.Tensor, scores: torch.Tensor, softmax_scale: float, causal: bool,
-                       tiles: TileConfig, *, use_scores: bool = False, skip_masked_tiles: bool = True,
-                       atomic_dq: bool = False):
-    """Launch the backward; returns (dq, dk, dv) shaped and strided like q, k, v where those are dense."""
+                       tiles: TileConfig, *, fit_tiles: bool = False, use_scores: bool = False,
+                       skip_masked_tiles: bool = True, atomic_dq: bool = False):
+    """Launch the backward; returns (dq, dk, dv) shaped and strided like q, k, v where those are dense.
+
+    `fit_tiles`: step down from `tiles` where a kernel does not fit the GPU (default configs).
+    """
     batch, heads, n_q, head_dim = q.shape
     kv_heads, n_k = k.shape[1], k.shape[2]
     head_dim_pad = padded_head_dim(head_dim)
@@ -330,23 +333,31 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
         dq_acc = torch.zeros((batch, heads, n_q, head_dim), device=q.device, dtype=torch.float32)
     else:
         dq_acc = torch.empty((0,), device=q.device, dtype=torch.float32)
-    _attn_bwd_dkdv[(triton.cdiv(n_k, tiles.block_n) * batch * kv_heads,)](
-        q, k, v, do, dk, dv, dq_acc, scores, lse, delta,
-        *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride(),
-        kv_heads, heads // kv_heads, n_q, n_k, qk_scale, softmax_scale,
-        HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
-        CAUSAL=causal, SKIP_MASKED=skip_masked_tiles, ATOMIC_DQ=atomic_dq, USE_SCORES=use_scores,
-        num_warps=tiles.num_warps, num_stages=tiles.num_stages)
+    switches = dict(CAUSAL=causal, SKIP_MASKED=skip_masked_tiles, USE_SCORES=use_scores)
 
-    if atomic_dq:
-        dq.copy_(dq_acc)
-    else:
+    def launch_dkdv(config: TileConfig) -> None:
+        if atomic_dq:
+            dq_acc.zero_()  # a launch that failed for lack of resources wrote nothing, but be sure
+        _attn_bwd_dkdv[(triton.cdiv(n_k, config.block_n) * batch * kv_heads,)](
+            q, k, v, do, dk, dv, dq_acc, scores, lse, delta,
+            *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride(),
+            kv_heads, heads // kv_heads, n_q, n_k, qk_scale, softmax_scale,
+            HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
+            ATOMIC_DQ=atomic_dq, num_warps=config.num_warps, num_stages=config.num_stages, **switches)
+
+    def launch_dq(config: TileConfig) -> None:
         # The mirrored tile: BLOCK_N queries resident, keys streamed BLOCK_M at a time.
-        _attn_bwd_dq[(triton.cdiv(n_q, tiles.block_n) * batch * heads,)](
+        _attn_bwd_dq[(triton.cdiv(n_q, config.block_n) * batch * heads,)](
             q, k, v, do, dq, scores, lse, delta,
             *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(),
             heads, heads // kv_heads, n_q, n_k, qk_scale, softmax_scale,
-            HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=tiles.block_n, BLOCK_N=tiles.block_m,
-            CAUSAL=causal, SKIP_MASKED=skip_masked_tiles, USE_SCORES=use_scores,
-            num_warps=tiles.num_warps, num_stages=tiles.num_stages)
+            HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=config.block_n, BLOCK_N=config.block_m,
+            num_warps=config.num_warps, num_stages=config.num_stages, **switches)
+
+    key = (q.dtype, head_dim_pad, tuple(switches.items()))
+    launch_fitting(launch_dkdv, tiles, fit_tiles, ("bwd_dkdv", atomic_dq) + key)
+    if atomic_dq:
+        dq.copy_(dq_acc)
+    else:
+        launch_fitting(launch_dq, tiles, fit_tiles, ("bwd_dq",) + key)
     return dq, dk, dv

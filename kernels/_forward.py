@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.tiles import TileConfig, padded_head_dim
+from kernels.tiles import TileConfig, launch_fitting, padded_head_dim
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -224,10 +224,11 @@ def _attn_fwd(Q, K, V, Out, Lse, Scores,
 
 
 def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool,
-                      tiles: TileConfig, *, store_scores: bool = False, deferred_rescale: bool = True,
-                      seq_parallel: bool = True, skip_masked_tiles: bool = True):
+                      tiles: TileConfig, *, fit_tiles: bool = False, store_scores: bool = False,
+                      deferred_rescale: bool = True, seq_parallel: bool = True, skip_masked_tiles: bool = True):
     """Launch the forward. Inputs are validated by the caller (kernels.attention).
 
+    `fit_tiles`: step down from `tiles` if they do not fit the GPU (used for default configs).
     Returns (out, lse, scores): out like q (same strides where q is dense), lse (B, H, Nq)
     float32, scores (B, H, Nq, Nk) float32 in the log2 domain if `store_scores`, else an
     empty tensor.
@@ -240,16 +241,18 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax
         scores = torch.empty((batch, heads, n_q, n_k), device=q.device, dtype=torch.float32)
     else:
         scores = torch.empty((0,), device=q.device, dtype=torch.float32)
-    num_m_blocks = triton.cdiv(n_q, tiles.block_m)
-    grid = (num_m_blocks * batch * heads,) if seq_parallel else (batch * heads,)
-    _attn_fwd[grid](
-        q, k, v, out, lse, scores,
-        *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-        heads, heads // kv_heads, n_q, n_k, softmax_scale * LOG2E,
-        HEAD_DIM=head_dim, HEAD_DIM_PAD=padded_head_dim(head_dim),
-        BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n,
-        CAUSAL=causal, SKIP_MASKED=skip_masked_tiles, DEFERRED_RESCALE=deferred_rescale,
-        SEQ_PARALLEL=seq_parallel, STORE_SCORES=store_scores,
-        num_warps=tiles.num_warps, num_stages=tiles.num_stages,
-    )
+    head_dim_pad = padded_head_dim(head_dim)
+    switches = dict(CAUSAL=causal, SKIP_MASKED=skip_masked_tiles, DEFERRED_RESCALE=deferred_rescale,
+                    SEQ_PARALLEL=seq_parallel, STORE_SCORES=store_scores)
+
+    def launch(config: TileConfig) -> None:
+        grid = (triton.cdiv(n_q, config.block_m) * batch * heads,) if seq_parallel else (batch * heads,)
+        _attn_fwd[grid](
+            q, k, v, out, lse, scores,
+            *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+            heads, heads // kv_heads, n_q, n_k, softmax_scale * LOG2E,
+            HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
+            num_warps=config.num_warps, num_stages=config.num_stages, **switches)
+
+    launch_fitting(launch, tiles, fit_tiles, ("fwd", q.dtype, head_dim_pad, tuple(switches.items())))
     return out, lse, scores

@@ -79,15 +79,17 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
 
 @torch.library.custom_op("flash_attn_triton::fwd", mutates_args=())
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool,
-            tiles: list[int], store_scores: bool, deferred_rescale: bool, seq_parallel: bool,
+            tiles: list[int], fit_tiles: bool, store_scores: bool, deferred_rescale: bool, seq_parallel: bool,
             skip_masked_tiles: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return attention_forward(q, k, v, softmax_scale, causal, TileConfig(*tiles), store_scores=store_scores,
+    return attention_forward(q, k, v, softmax_scale, causal, TileConfig(*tiles), fit_tiles=fit_tiles,
+                             store_scores=store_scores,
                              deferred_rescale=deferred_rescale, seq_parallel=seq_parallel,
                              skip_masked_tiles=skip_masked_tiles)
 
 
 @_fwd_op.register_fake
-def _(q, k, v, softmax_scale, causal, tiles, store_scores, deferred_rescale, seq_parallel, skip_masked_tiles):
+def _(q, k, v, softmax_scale, causal, tiles, fit_tiles, store_scores, deferred_rescale, seq_parallel,
+      skip_masked_tiles):
     b, h, n_q, _ = q.shape
     scores_shape = (b, h, n_q, k.shape[2]) if store_scores else (0,)
     return (torch.empty_like(q), q.new_empty((b, h, n_q), dtype=torch.float32),
@@ -97,14 +99,16 @@ def _(q, k, v, softmax_scale, causal, tiles, store_scores, deferred_rescale, seq
 @torch.library.custom_op("flash_attn_triton::bwd", mutates_args=())
 def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
             lse: torch.Tensor, scores: torch.Tensor, softmax_scale: float, causal: bool, tiles: list[int],
-            use_scores: bool, skip_masked_tiles: bool, atomic_dq: bool
+            fit_tiles: bool, use_scores: bool, skip_masked_tiles: bool, atomic_dq: bool
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return attention_backward(do, q, k, v, out, lse, scores, softmax_scale, causal, TileConfig(*tiles),
-                              use_scores=use_scores, skip_masked_tiles=skip_masked_tiles, atomic_dq=atomic_dq)
+                              fit_tiles=fit_tiles, use_scores=use_scores, skip_masked_tiles=skip_masked_tiles,
+                              atomic_dq=atomic_dq)
 
 
 @_bwd_op.register_fake
-def _(do, q, k, v, out, lse, scores, softmax_scale, causal, tiles, use_scores, skip_masked_tiles, atomic_dq):
+def _(do, q, k, v, out, lse, scores, softmax_scale, causal, tiles, fit_tiles, use_scores, skip_masked_tiles,
+      atomic_dq):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -116,15 +120,16 @@ class FlashAttentionFunction(torch.autograd.Function):
     """Autograd for the two ops; the log-sum-exp output is not differentiable."""
 
     @staticmethod
-    def forward(ctx, q, k, v, softmax_scale, causal, fwd_tiles, bwd_tiles, recompute, deferred_rescale,
-                seq_parallel, skip_masked_tiles, atomic_dq):
+    def forward(ctx, q, k, v, softmax_scale, causal, fwd_tiles, bwd_tiles, fit_tiles, recompute,
+                deferred_rescale, seq_parallel, skip_masked_tiles, atomic_dq):
         out, lse, scores = torch.ops.flash_attn_triton.fwd(
-            q, k, v, softmax_scale, causal, fwd_tiles, not recompute, deferred_rescale, seq_parallel,
-            skip_masked_tiles)
+            q, k, v, softmax_scale, causal, fwd_tiles, fit_tiles[0], not recompute, deferred_rescale,
+            seq_parallel, skip_masked_tiles)
         ctx.save_for_backward(q, k, v, out, lse, scores)
         ctx.softmax_scale = softmax_scale
         ctx.causal = causal
         ctx.bwd_tiles = bwd_tiles
+        ctx.fit_bwd_tiles = fit_tiles[1]
         ctx.recompute = recompute
         ctx.skip_masked_tiles = skip_masked_tiles
         ctx.atomic_dq = atomic_dq
@@ -136,8 +141,8 @@ class FlashAttentionFunction(torch.autograd.Function):
         q, k, v, out, lse, scores = ctx.saved_tensors
         dq, dk, dv = torch.ops.flash_attn_triton.bwd(
             d_out, q, k, v, out, lse, scores, ctx.softmax_scale, ctx.causal, ctx.bwd_tiles,
-            not ctx.recompute, ctx.skip_masked_tiles, ctx.atomic_dq)
-        return dq, dk, dv, None, None, None, None, None, None, None, None, None
+            ctx.fit_bwd_tiles, not ctx.recompute, ctx.skip_masked_tiles, ctx.atomic_dq)
+        return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -157,7 +162,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         return_lse: also return the log-sum-exp (B, H, Nq), float32, natural log.
 
     Ablation switches (keyword-only; the defaults are FlashAttention-2):
-        fwd_tiles, bwd_tiles: a TileConfig overriding `default_tiles(D, "fwd" | "bwd")`.
+        fwd_tiles, bwd_tiles: a TileConfig overriding `default_tiles(D, "fwd" | "bwd")`. A default
+            config that does not fit the GPU with the chosen switches steps down to a smaller
+            one; an explicit config that does not fit raises triton's OutOfResources.
         recompute: False makes the forward store the scores (float32, Nq x Nk per head) and the
             backward read them instead of recomputing Q K^T.
         deferred_rescale: False rescales and normalises the output accumulator on every key
@@ -179,6 +186,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     for name, tiles in (("fwd_tiles", fwd_tiles), ("bwd_tiles", bwd_tiles)):
         if tiles is not None and not isinstance(tiles, TileConfig):
             raise ValueError(f"{name} must be a kernels.TileConfig or None, got {type(tiles).__name__}")
+    # Default configs may step down where a switch needs more on-chip memory; explicit ones may not.
+    fit_tiles = (fwd_tiles is None, bwd_tiles is None)
     fwd_tiles = fwd_tiles or default_tiles(head_dim, "fwd")
     bwd_tiles = bwd_tiles or default_tiles(head_dim, "bwd")
 
@@ -195,7 +204,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     if v is q or v is k:
         v = v.view_as(v)
     out, lse = FlashAttentionFunction.apply(
-        q, k, v, float(softmax_scale), bool(causal), _tile_list(fwd_tiles), _tile_list(bwd_tiles),
+        q, k, v, float(softmax_scale), bool(causal), _tile_list(fwd_tiles), _tile_list(bwd_tiles), fit_tiles,
         bool(recompute), bool(deferred_rescale), bool(seq_parallel), bool(skip_masked_tiles), bool(atomic_dq))
     return (out, lse) if return_lse else out
 

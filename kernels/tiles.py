@@ -3,7 +3,10 @@
 A `TileConfig` names the four knobs Triton exposes for one kernel launch: the tile shape
 (BLOCK_M query rows by BLOCK_N key rows), the warps per program and the software-pipelining
 depth. `default_tiles` is the engine's choice per head dimension; the `tiles` ablation sweeps
-around it, and any call can override it.
+around it, and any call can override it. The defaults were tuned for the plain FlashAttention-2
+path; a switch that needs more shared memory (stored scores, atomic dQ) can push one past what
+the GPU has, so `launch_fitting` steps down to smaller configs when the default does not fit,
+while an explicit config that does not fit is an error.
 
 For the backward pass one config describes both kernels: the dK/dV kernel holds BLOCK_N keys
 on chip and walks the queries BLOCK_M rows at a time; the dQ kernel holds BLOCK_N queries and
@@ -13,7 +16,11 @@ tutorial), so both keep the large tile resident and stream the small one.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
+from typing import Callable
+
+from triton.runtime.errors import OutOfResources
 
 MAX_HEAD_DIM = 256
 
@@ -59,3 +66,56 @@ def default_tiles(head_dim: int, pass_: str) -> TileConfig:
     if not 1 <= head_dim <= MAX_HEAD_DIM:
         raise ValueError(f"head dim must be in [1, {MAX_HEAD_DIM}], got {head_dim}")
     return _DEFAULTS[pass_][padded_head_dim(head_dim)]
+
+
+def smaller_configs(tiles: TileConfig) -> list[TileConfig]:
+    """Configs to try, in order, when `tiles` does not fit: fewer stages, then halved blocks."""
+    shapes = [(tiles.block_m, tiles.block_n)]
+    block_m, block_n = shapes[0]
+    while max(block_m, block_n) > 16:
+        if block_n >= block_m:
+            block_n //= 2
+        else:
+            block_m //= 2
+        shapes.append((block_m, block_n))
+    configs = []
+    for i, (block_m, block_n) in enumerate(shapes):
+        top = tiles.num_stages - 1 if i == 0 else min(tiles.num_stages, 2)
+        configs += [TileConfig(block_m, block_n, tiles.num_warps, stages) for stages in range(top, 0, -1)]
+    return configs
+
+
+class TileFallbackWarning(UserWarning):
+    """A default tile config did not fit the GPU and a smaller one ran; raised on every such launch."""
+
+    def __init__(self, kernel: str, requested: TileConfig, used: TileConfig):
+        super().__init__(f"{kernel}: default tiles {requested} do not fit this GPU with these switches; ran {used}")
+        self.kernel, self.requested, self.used = kernel, requested, used
+
+
+_FITTING: dict[tuple, TileConfig] = {}
+
+
+def launch_fitting(launch: Callable[[TileConfig], None], tiles: TileConfig, fit: bool, key: tuple) -> TileConfig:
+    """Call `launch(tiles)`; if `fit` and the kernel is out of shared memory or registers, retry
+    with `smaller_configs`, remember the one that fits under `key` (whose first item names the
+    kernel) and warn with a TileFallbackWarning each time it runs. Returns the config used."""
+    if not fit:
+        launch(tiles)
+        return tiles
+    used = _FITTING.get((key, tiles))
+    if used is not None:
+        launch(used)
+    else:
+        for candidate in [tiles] + smaller_configs(tiles):
+            try:
+                launch(candidate)
+            except OutOfResources:
+                continue
+            used = _FITTING[(key, tiles)] = candidate
+            break
+        else:
+            raise ValueError(f"no tile config down from {tiles} fits this GPU for {key}")
+    if used != tiles:
+        warnings.warn(TileFallbackWarning(str(key[0]), tiles, used), stacklevel=2)
+    return used

@@ -141,6 +141,40 @@ def test_switches_match_reference(switches, causal, dtype, poisoned_allocations)
     check_against_reference(*make_inputs(1, 4, 2, 77, 45, 48, dtype), causal, **switches)
 
 
+@pytest.mark.parametrize("switches", SWITCHES[:6], ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()))
+def test_switches_at_head_dim_128(switches, poisoned_allocations):
+    """The default tiles are largest at D=128: every switch must still run (on a GPU, stepping
+    the tiles down where a switch needs more shared memory) and stay correct."""
+    torch.manual_seed(11)
+    n = 1024 if HAS_CUDA else 80
+    check_against_reference(*make_inputs(1, 2, 2, n, n, 128, torch.float16), True, **switches)
+
+
+def test_tile_fallback_steps_down_and_warns():
+    from triton.runtime.errors import OutOfResources
+
+    from kernels.tiles import TileFallbackWarning, launch_fitting, smaller_configs
+
+    tried = []
+
+    def launch(config):  # a GPU whose shared memory fits two stages at most
+        tried.append(config)
+        if config.num_stages > 2:
+            raise OutOfResources(300_000, 232_448, "shared memory")
+
+    requested = TileConfig(128, 128, 8, 3)
+    assert smaller_configs(requested)[0] == TileConfig(128, 128, 8, 2)
+    assert all(c.block_m >= 16 and c.block_n >= 16 for c in smaller_configs(requested))
+    with pytest.warns(TileFallbackWarning, match="num_stages=2"):
+        assert launch_fitting(launch, requested, True, ("fwd", "test")) == TileConfig(128, 128, 8, 2)
+    with pytest.warns(TileFallbackWarning):  # remembered: one launch, still reported
+        tried.clear()
+        launch_fitting(launch, requested, True, ("fwd", "test"))
+    assert tried == [TileConfig(128, 128, 8, 2)]
+    with pytest.raises(OutOfResources):  # an explicit config is never changed
+        launch_fitting(launch, requested, False, ("fwd", "test"))
+
+
 def test_custom_softmax_scale(poisoned_allocations):
     check_against_reference(*make_inputs(1, 2, 2, 50, 61, 32, torch.float16), True, softmax_scale=0.37)
 
@@ -192,8 +226,8 @@ def test_causal_skips_tiles_above_the_diagonal(poisoned_allocations):
     tiles = TileConfig(32, 32, 4, 2)
     q, k, v = make_inputs(1, 1, 1, 128, 128, 32, torch.float16)
     with torch.no_grad():
-        _, _, scores = torch.ops.flash_attn_triton.fwd(q, k, v, 0.1, True, [32, 32, 4, 2], True, True, True, True)
-        _, _, all_scores = torch.ops.flash_attn_triton.fwd(q, k, v, 0.1, True, [32, 32, 4, 2], True, True, True, False)
+        _, _, scores = torch.ops.flash_attn_triton.fwd(q, k, v, 0.1, True, [32, 32, 4, 2], False, True, True, True, True)
+        _, _, all_scores = torch.ops.flash_attn_triton.fwd(q, k, v, 0.1, True, [32, 32, 4, 2], False, True, True, True, False)
     tile_rows = torch.arange(128, device=q.device)[:, None] // tiles.block_m
     tile_cols = torch.arange(128, device=q.device)[None, :] // tiles.block_n
     above = tile_cols > tile_rows
