@@ -27,6 +27,8 @@ for _name, _experiments in FIGURES.items():
         output:
             pdf=report(str(figure_paths(_name)["pdf"]), caption=str(caption_path(_name)), category="Figures"),
             png=str(figure_paths(_name)["png"]),
+        conda:
+            "../envs/analysis.yaml"
         log:
             f"{BUILD_DIR}/logs/figure_{_name}.log",
         params:
@@ -46,6 +48,8 @@ rule claims:
     output:
         verdicts=f"{BUILD_DIR}/verdicts.json",
         table=report(f"{BUILD_DIR}/claims.csv", category="Claims"),
+    conda:
+        "../envs/analysis.yaml"
     log:
         f"{BUILD_DIR}/logs/claims.log",
     params:
@@ -61,6 +65,8 @@ rule facts:
         hardware="analysis/hardware.yaml",
     output:
         f"{BUILD_DIR}/facts.json",
+    conda:
+        "../envs/analysis.yaml"
     log:
         f"{BUILD_DIR}/logs/facts.log",
     params:
@@ -81,6 +87,8 @@ rule report:
         citation="CITATION.cff",
     output:
         REPORT_OUTPUTS,
+    conda:
+        "../envs/analysis.yaml"
     log:
         f"{BUILD_DIR}/logs/report.log",
     params:
@@ -97,6 +105,8 @@ rule publish:
     output:
         [f"{PUBLISHED}/{Path(path).name}" for path in REPORT_OUTPUTS if not path.endswith(".tex")]
         + [f"{PUBLISHED}/figures/{figure_paths(name)['png'].name}" for name in FIGURES],
+    conda:
+        "../envs/analysis.yaml"
     log:
         f"{BUILD_DIR}/logs/publish.log",
     params:
@@ -104,4 +114,5 @@ rule publish:
         build=lambda wildcards, input: Path(input[0]).parent,
         published=lambda wildcards, output: Path(output[0]).parent,
     shell:
-        "{params.python} -m paper.publish {params.build} {params.published} > {log} 2>&1"
+        # README.md's results block is rewritten in place (not an output: snakemake would delete it first).
+        "{params.python} -m paper.publish {params.build} {params.published} --readme README.md > {log} 2>&1"

@@ -1,8 +1,8 @@
 """Rules of the experiment stage: one tidy CSV per ablation under results/.
 
 With a CUDA GPU (mode measure) every ablation is measured by `python -m experiments.run`; without one
-(mode archive) `accuracy` runs on Triton's interpreter and the other ablations are copied from
-results/archive/<archive_gpu>/. GPU jobs declare `resources: gpu=1` and pin themselves to a free
+(mode archive) `accuracy` runs on Triton's interpreter (unless accuracy_on_cpu is false) and the other
+ablations are copied from results/archive/<archive_gpu>/. GPU jobs declare `resources: gpu=1` and pin themselves to a free
 device (experiments/gpus.py), so `--resources gpu=N` runs N of them at once.
 """
 import json
@@ -15,27 +15,32 @@ ABLATIONS = list(grid.ABLATIONS)
 RESULT_CSVS = expand("results/{ablation}.csv", ablation=ABLATIONS)
 ARCHIVE = f"results/archive/{config['archive_gpu']}"
 MODE = config["mode"] if config["mode"] != "auto" else ("measure" if gpus.visible_devices() else "archive")
-MEASURED = ABLATIONS if MODE == "measure" else list(grid.INTERPRETER_ABLATIONS)
+if MODE == "measure":
+    MEASURED = ABLATIONS
+else:
+    MEASURED = list(grid.INTERPRETER_ABLATIONS) if config["accuracy_on_cpu"] else []
 ARCHIVED = [ablation for ablation in ABLATIONS if ablation not in MEASURED]
 SETTINGS = ablation_settings(config, ABLATIONS)
 
 
-rule measure:
-    output:
-        csv="results/{ablation}.csv",
-    log:
-        "results/logs/{ablation}.log",
-    conda:
-        "environment.yaml"
-    wildcard_constraints:
-        ablation="|".join(MEASURED),
-    params:
-        settings=lambda wildcards: json.dumps(SETTINGS[wildcards.ablation]),
-    resources:
-        gpu=int(MODE == "measure"),
-    shell:
-        "python3 -m experiments.run {wildcards.ablation} --output {output.csv}"
-        " --settings {params.settings:q} 2>&1 | tee {log}"
+if MEASURED:
+
+    rule measure:
+        output:
+            csv="results/{ablation}.csv",
+        log:
+            "results/logs/{ablation}.log",
+        conda:
+            "../envs/experiments.yaml"
+        wildcard_constraints:
+            ablation="|".join(MEASURED),
+        params:
+            settings=lambda wildcards: json.dumps(SETTINGS[wildcards.ablation]),
+        resources:
+            gpu=int(MODE == "measure"),
+        shell:
+            "python3 -m experiments.run {wildcards.ablation} --output {output.csv}"
+            " --settings {params.settings:q} 2>&1 | tee {log}"
 
 
 if ARCHIVED:
@@ -48,7 +53,7 @@ if ARCHIVED:
         log:
             "results/logs/{ablation}.log",
         conda:
-            "environment.yaml"
+            "../envs/experiments.yaml"
         wildcard_constraints:
             ablation="|".join(ARCHIVED),
         params:
@@ -69,7 +74,7 @@ else:
         log:
             "results/logs/archive.log",
         conda:
-            "environment.yaml"
+            "../envs/experiments.yaml"
         params:
             gpu=config["archive_gpu"],
             dest=lambda wildcards, output: os.path.dirname(output.provenance),

@@ -98,3 +98,18 @@ def test_pdf_builds(analysis_dir, tmp_path):
     assert written["pdf"].stat().st_size > 10_000
     log = (tmp_path / "report.log").read_text(errors="replace")
     assert "undefined" not in re.sub(r"Font shape .* undefined", "", log).lower()
+
+
+def test_publish_rewrites_the_readme_results_block(report, tmp_path):
+    from paper.publish import BEGIN, END, update_readme
+
+    published = tmp_path / "published"
+    publish(report[0], published)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Title\n\nintro\n\n{BEGIN}\nstale\n{END}\n\n## After\n")
+    update_readme(readme, published)
+    text = readme.read_text()
+    assert "stale" not in text and text.startswith("# Title") and text.rstrip().endswith("## After")
+    assert "| Claim |" in text and "published/figures/speed_fwd_bwd.png" in text
+    update_readme(readme, published)  # idempotent
+    assert readme.read_text() == text

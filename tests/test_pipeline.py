@@ -67,7 +67,7 @@ def synthetic_row(experiment: str) -> results.Row:
 def workflow(tmp_path):
     """A copy of the workflow (without the report stage) holding an archive of a synthetic GPU run."""
     shutil.copy(os.path.join(ROOT, "Snakefile"), tmp_path)
-    for package in ("experiments", "kernels"):
+    for package in ("experiments", "kernels", "envs"):
         shutil.copytree(os.path.join(ROOT, package), tmp_path / package,
                         ignore=shutil.ignore_patterns("__pycache__"))
     for name in ARCHIVED:
