@@ -8,7 +8,7 @@ import dataclasses
 import itertools
 import json
 
-# kernels.flash_attention switches of each ablation arm (CONTRACT.md)
+# kernels.flash_attention switches of each ablation arm
 CAUSAL_VARIANTS = {
     "skip_tiles": (True, ()),
     "mask_all_tiles": (True, (("skip_masked_tiles", False),)),

@@ -31,7 +31,7 @@ def failure(error: BaseException) -> tuple[str, str]:
     if isinstance(error, providers.Unsupported):
         return "unsupported", str(error)
     # Out of shared memory or registers for a tile config, a backend declining a shape, a switch
-    # the engine refuses (ValueError, CONTRACT.md): the configuration cannot run, nothing is broken.
+    # the engine refuses (its ValueError): the configuration cannot run, nothing is broken.
     if isinstance(error, OutOfResources) or isinstance(error, ValueError) or "No available kernel" in note:
         return "unsupported", note
     return "error", note

@@ -1,6 +1,6 @@
 """The tidy CSV schema of results/*.csv, and the journal that makes a run resumable.
 
-One row per measurement, the same columns in every file (CONTRACT.md); a failed measurement is a row
+One row per measurement, the same columns in every file (results/README.md); a failed measurement is a row
 with its status and a note, never a missing point. While an ablation runs, finished rows go to a
 journal (JSON lines under results/.partial/), so an interrupted run keeps them and a restart skips
 them; the CSV is written once, when every cell has its row.
