@@ -159,7 +159,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         causal: mask aligned to the bottom-right corner: query i sees keys j <= i + Nk - Nq.
             Query rows that see no key get an output of 0 and a log-sum-exp of -inf.
         softmax_scale: defaults to 1 / sqrt(D).
-        return_lse: also return the log-sum-exp (B, H, Nq), float32, natural log.
+        return_lse: also return the log-sum-exp (B, H, Nq), float32, natural log. It carries no
+            gradient (requires_grad=False): a loss that uses it gets none through it.
 
     Ablation switches (keyword-only; the defaults are FlashAttention-2):
         fwd_tiles, bwd_tiles: a TileConfig overriding `default_tiles(D, "fwd" | "bwd")`. A default
