@@ -64,7 +64,7 @@ def readme_block(published_dir: Path, readme_dir: Path) -> str:
         summary_table(report_md),
         "",
         f"The full report ({links}) shows each claim's figure, rule and reasoning. This section is",
-        "written by `snakemake --cores 1 publish --config accuracy_on_cpu=false` from the published report;",
+        "written by `snakemake --cores 1 publish --config mode=archive accuracy_on_cpu=false` from the published report;",
         "do not edit it by hand.",
         END,
     ])
