@@ -15,6 +15,7 @@ changes the result beyond rounding, except that `atomic_dq=True` gives up bitwis
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 
@@ -77,14 +78,19 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
 # torch.library ops: one per pass; tile configs travel as ints so the schema stays simple.
 # --------------------------------------------------------------------------------------------
 
+def _launch_device(t: torch.Tensor):
+    """Triton launches on the current CUDA device: make it the inputs' (e.g. tensors on cuda:1)."""
+    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
+
+
 @torch.library.custom_op("flash_attn_triton::fwd", mutates_args=())
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool,
             tiles: list[int], fit_tiles: bool, store_scores: bool, deferred_rescale: bool, seq_parallel: bool,
             skip_masked_tiles: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return attention_forward(q, k, v, softmax_scale, causal, TileConfig(*tiles), fit_tiles=fit_tiles,
-                             store_scores=store_scores,
-                             deferred_rescale=deferred_rescale, seq_parallel=seq_parallel,
-                             skip_masked_tiles=skip_masked_tiles)
+    with _launch_device(q):
+        return attention_forward(q, k, v, softmax_scale, causal, TileConfig(*tiles), fit_tiles=fit_tiles,
+                                 store_scores=store_scores, deferred_rescale=deferred_rescale,
+                                 seq_parallel=seq_parallel, skip_masked_tiles=skip_masked_tiles)
 
 
 @_fwd_op.register_fake
@@ -101,9 +107,10 @@ def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             lse: torch.Tensor, scores: torch.Tensor, softmax_scale: float, causal: bool, tiles: list[int],
             fit_tiles: bool, use_scores: bool, skip_masked_tiles: bool, atomic_dq: bool
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return attention_backward(do, q, k, v, out, lse, scores, softmax_scale, causal, TileConfig(*tiles),
-                              fit_tiles=fit_tiles, use_scores=use_scores, skip_masked_tiles=skip_masked_tiles,
-                              atomic_dq=atomic_dq)
+    with _launch_device(q):
+        return attention_backward(do, q, k, v, out, lse, scores, softmax_scale, causal, TileConfig(*tiles),
+                                  fit_tiles=fit_tiles, use_scores=use_scores, skip_masked_tiles=skip_masked_tiles,
+                                  atomic_dq=atomic_dq)
 
 
 @_bwd_op.register_fake

@@ -236,6 +236,13 @@ def test_causal_skips_tiles_above_the_diagonal(poisoned_allocations):
     assert not torch.isnan(all_scores).any(), "skip_masked_tiles=False must compute every tile"
 
 
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_inputs_on_a_device_other_than_the_current_one():
+    torch.manual_seed(12)
+    assert torch.cuda.current_device() == 0
+    check_against_reference(*make_inputs(1, 2, 2, 100, 100, 64, torch.float16, device="cuda:1"), True)
+
+
 def test_empty_query_batch():
     q = torch.empty(0, 2, 5, 16, device=DEVICE, dtype=torch.float16)
     k = torch.randn(0, 2, 7, 16, device=DEVICE, dtype=torch.float16)
