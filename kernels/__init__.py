@@ -14,5 +14,5 @@ from kernels.attention import SUPPORTED_DTYPES, flash_attention, flash_attn_func
 from kernels.reference import attention_reference, standard_attention
 from kernels.tiles import MAX_HEAD_DIM, TileConfig, TileFallbackWarning, default_tiles
 
-__all__ = ["flash_attention", "flash_attn_func", "attention_reference", "standard_attention", "TileConfig", "TileFallbackWarning", "default_tiles",
-           "SUPPORTED_DTYPES", "MAX_HEAD_DIM"]
+__all__ = ["flash_attention", "flash_attn_func", "attention_reference", "standard_attention", "TileConfig",
+           "TileFallbackWarning", "default_tiles", "SUPPORTED_DTYPES", "MAX_HEAD_DIM"]

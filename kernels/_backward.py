@@ -330,14 +330,14 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
         HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=delta_block)
 
     if atomic_dq:
-        dq_acc = torch.zeros((batch, heads, n_q, head_dim), device=q.device, dtype=torch.float32)
+        dq_acc = torch.empty((batch, heads, n_q, head_dim), device=q.device, dtype=torch.float32)
     else:
         dq_acc = torch.empty((0,), device=q.device, dtype=torch.float32)
     switches = dict(CAUSAL=causal, SKIP_MASKED=skip_masked_tiles, USE_SCORES=use_scores)
 
     def launch_dkdv(config: TileConfig) -> None:
         if atomic_dq:
-            dq_acc.zero_()  # a launch that failed for lack of resources wrote nothing, but be sure
+            dq_acc.zero_()  # the atomics add into it; zeroed here, once per launch attempt
         _attn_bwd_dkdv[(triton.cdiv(n_k, config.block_n) * batch * kv_heads,)](
             q, k, v, do, dk, dv, dq_acc, scores, lse, delta,
             *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride(),

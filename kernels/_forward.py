@@ -30,7 +30,6 @@ import triton.language as tl
 from kernels.tiles import TileConfig, launch_fitting, padded_head_dim
 
 LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
 
 
 @triton.jit
