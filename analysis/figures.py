@@ -112,7 +112,7 @@ def _panel_title(head_dim, causal) -> str:
 
 
 def _legend_below(figure, axes, ncol=6) -> None:
-    handles, labels = {}, []
+    handles = {}
     for axis in np.ravel(axes):
         for handle, label in zip(*axis.get_legend_handles_labels()):
             handles.setdefault(label, handle)
