@@ -10,21 +10,10 @@ from pathlib import Path
 
 import pandas as pd
 
-EXPERIMENTS = ("speed", "tiles", "causal", "seqlen", "recompute", "fa1_vs_fa2", "accuracy", "ceiling")
+from experiments.schema import (ABLATIONS, COLUMNS, ERROR_COLUMNS, FLOAT_COLUMNS, INTEGER_COLUMNS, MODES,
+                                PROVENANCE_COLUMNS, SHAPE_COLUMNS, STATUSES, TILE_COLUMNS, TIMING_COLUMNS)
 
-SHAPE_COLUMNS = ["dtype", "batch", "heads", "kv_heads", "seqlen_q", "seqlen_k", "head_dim", "causal"]
-TILE_COLUMNS = ["block_m", "block_n", "num_warps", "num_stages"]
-TIMING_COLUMNS = ["ms", "ms_p20", "ms_p80", "tflops", "peak_mem_bytes"]
-ERROR_COLUMNS = ["err_o", "err_lse", "err_dq", "err_dk", "err_dv"]
-PROVENANCE_COLUMNS = ["gpu", "driver", "cuda", "torch", "triton", "commit", "timestamp", "host_kind", "source"]
-COLUMNS = (["experiment", "provider", "variant", "mode"] + SHAPE_COLUMNS + TILE_COLUMNS + ["recompute"]
-           + TIMING_COLUMNS + ERROR_COLUMNS + ["status", "note"] + PROVENANCE_COLUMNS)
-
-INTEGER_COLUMNS = ["batch", "heads", "kv_heads", "seqlen_q", "seqlen_k", "head_dim", "causal",
-                   *TILE_COLUMNS, "recompute"]
-FLOAT_COLUMNS = TIMING_COLUMNS + ERROR_COLUMNS
-STATUSES = {"ok", "oom", "unsupported", "error"}
-MODES = {"fwd", "bwd", "fwd_bwd", "matmul", "copy"}
+EXPERIMENTS = ABLATIONS  # the analysis calls an ablation's results file an experiment
 
 
 class SchemaError(ValueError):
@@ -50,10 +39,10 @@ def read_experiment(path: str | Path) -> pd.DataFrame:
         frame[column] = _to_number(frame[column], path, column).astype("Int64")
     for column in FLOAT_COLUMNS:
         frame[column] = _to_number(frame[column], path, column).astype(float)
-    bad_status = sorted(set(frame["status"]) - STATUSES)
+    bad_status = sorted(set(frame["status"]) - set(STATUSES))
     if bad_status:
         raise SchemaError(f"{path}: column status has values {bad_status}, expected one of {sorted(STATUSES)}")
-    bad_mode = sorted(set(frame["mode"]) - MODES)
+    bad_mode = sorted(set(frame["mode"]) - set(MODES))
     if bad_mode:
         raise SchemaError(f"{path}: column mode has values {bad_mode}, expected one of {sorted(MODES)}")
     frame["variant"] = frame["variant"].replace("", "default")

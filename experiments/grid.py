@@ -142,13 +142,14 @@ def ceiling(s: dict) -> list[Cell]:
     return matmuls + [Cell("ceiling", "torch_copy", "copy", "fp16", size=s["copy_mib"] * 2**20)]
 
 
-# Every ablation, in the order the README describes them; each writes results/<name>.csv.
+from experiments.schema import ABLATIONS as _NAMES, INTERPRETER_ABLATIONS  # noqa: E402
+
+# Each ablation's cell builder, by the names experiments/schema.py defines.
 ABLATIONS = {
     "speed": speed, "tiles": tiles, "causal": causal, "seqlen": seqlen, "recompute": recompute,
     "fa1_vs_fa2": fa1_vs_fa2, "accuracy": accuracy, "ceiling": ceiling,
 }
-# Those that also run without a GPU (Triton's interpreter); the rest need a CUDA GPU or the archive.
-INTERPRETER_ABLATIONS = ("accuracy",)
+assert tuple(ABLATIONS) == _NAMES, "experiments/schema.py and the builders here name the same ablations"
 
 
 def cells(ablation: str, settings: dict, on_gpu: bool) -> list[Cell]:

@@ -1,6 +1,6 @@
-"""The tidy CSV schema of results/*.csv, and the journal that makes a run resumable.
+"""Writing and reading results/*.csv, and the journal that makes a run resumable.
 
-One row per measurement, the same columns in every file (results/README.md); a failed measurement is a row
+One row per measurement, the same columns in every file (experiments/schema.py, results/README.md); a failed measurement is a row
 with its status and a note, never a missing point. While an ablation runs, finished rows go to a
 journal (JSON lines under results/.partial/), so an interrupted run keeps them and a restart skips
 them; the CSV is written once, when every cell has its row.
@@ -10,53 +10,8 @@ import dataclasses
 import json
 import os
 
-@dataclasses.dataclass
-class Row:
-    experiment: str
-    provider: str
-    variant: str = "default"
-    mode: str | None = None
-    dtype: str | None = None
-    batch: int | None = None
-    heads: int | None = None
-    kv_heads: int | None = None
-    seqlen_q: int | None = None
-    seqlen_k: int | None = None
-    head_dim: int | None = None
-    causal: int | None = None
-    # tile config and recompute: ours only
-    block_m: int | None = None
-    block_n: int | None = None
-    num_warps: int | None = None
-    num_stages: int | None = None
-    recompute: int | None = None
-    # timing (triton.testing.do_bench), TFLOP/s by the paper's count, torch.cuda.max_memory_allocated
-    ms: float | None = None
-    ms_p20: float | None = None
-    ms_p80: float | None = None
-    tflops: float | None = None
-    peak_mem_bytes: int | None = None
-    # accuracy: relative L2 error against the float64 reference
-    err_o: float | None = None
-    err_lse: float | None = None
-    err_dq: float | None = None
-    err_dk: float | None = None
-    err_dv: float | None = None
-    status: str = "ok"  # ok | oom | unsupported | error
-    note: str = ""
-    # provenance
-    gpu: str = ""
-    driver: str = ""
-    cuda: str = ""
-    torch: str = ""
-    triton: str = ""
-    commit: str = ""
-    timestamp: str = ""
-    host_kind: str = ""
-    source: str = "measured"
+from experiments.schema import COLUMNS, Row
 
-
-COLUMNS = [field.name for field in dataclasses.fields(Row)]
 
 
 def write_csv(rows: list[dict], path: str) -> None:

@@ -1,0 +1,111 @@
+"""The facts that the experiments and the analysis share, defined once: ablation names and the CSV schema.
+
+Data flows one way (experiments/ writes results/*.csv, analysis/ reads them); both import these names
+from here, so a column or an ablation is added in one place. The FLOP model that every TFLOP/s is
+counted by lives beside this file in experiments/flops.py, read by both stages likewise.
+
+A results row is one measurement of one cell (provider, variant, mode, dtype, shape) in one
+repetition. Timed ablations run their whole grid `repetitions` times, one repetition after the
+other (so the repetitions of a cell are minutes apart, not back to back), and each repetition also
+times the matmul ceiling (provider torch_matmul, mode matmul) before its attention cells, so every
+CSV carries the roof it is read against, measured interleaved with it. results/README.md documents
+each column.
+"""
+import dataclasses
+
+# Every ablation, in the order the README describes them; each writes results/<name>.csv.
+ABLATIONS = ("speed", "tiles", "causal", "seqlen", "recompute", "fa1_vs_fa2", "accuracy", "ceiling")
+# Those that also run without a GPU (Triton's interpreter); the rest need a CUDA GPU or the archive.
+INTERPRETER_ABLATIONS = ("accuracy",)
+# Those whose rows are timings (repeated, with telemetry); accuracy's rows are errors.
+TIMED_ABLATIONS = tuple(name for name in ABLATIONS if name != "accuracy")
+
+STATUSES = ("ok", "oom", "unsupported", "error")
+MODES = ("fwd", "bwd", "fwd_bwd", "matmul", "copy")
+# Rows of these providers are the roofs measured beside the attention cells, not attention.
+CEILING_PROVIDERS = ("torch_matmul", "torch_copy")
+
+
+@dataclasses.dataclass
+class Row:
+    experiment: str
+    provider: str
+    variant: str = "default"
+    mode: str | None = None
+    dtype: str | None = None
+    batch: int | None = None
+    heads: int | None = None
+    kv_heads: int | None = None
+    seqlen_q: int | None = None
+    seqlen_k: int | None = None
+    head_dim: int | None = None
+    causal: int | None = None
+    # 0, 1, ...: which pass over the ablation's grid measured this row (timed ablations)
+    repetition: int | None = None
+    # tile config and recompute: ours only
+    block_m: int | None = None
+    block_n: int | None = None
+    num_warps: int | None = None
+    num_stages: int | None = None
+    recompute: int | None = None
+    # timing of this repetition: triton.testing.do_bench median and p20/p80 (CUDA events around each
+    # call, L2 flushed between calls), in ms
+    ms: float | None = None
+    ms_p20: float | None = None
+    ms_p80: float | None = None
+    # median GPU time of one call with every launch queued ahead behind a sleep kernel, so host gaps
+    # cannot show; and median host time to issue one call (queue empty, no synchronisation)
+    gpu_ms: float | None = None
+    host_ms: float | None = None
+    # 1: ms exceeds gpu_ms by more than experiments.measure.HOST_BOUND_EXCESS: the GPU waited for the
+    # host, so ms measures launch overhead; such rows never decide a verdict
+    host_bound: int | None = None
+    # TFLOP/s by experiments/flops.py, from ms
+    tflops: float | None = None
+    # memory: what the call allocates at its peak, net of everything the process held before it
+    # (attention's own footprint); the bytes of its inputs (q, k, v and, with a backward, dO); and
+    # their sum, the total that attention needs (independent of allocator workspaces held earlier)
+    attn_mem_bytes: int | None = None
+    input_bytes: int | None = None
+    peak_mem_bytes: int | None = None
+    # GPU telemetry over this row's timing (NVML): median SM clock, mean power, highest temperature,
+    # and how many samples they come from (empty where no sampler ran)
+    sm_clock_mhz: float | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+    telemetry_samples: int | None = None
+    # accuracy: relative L2 error against the float64 reference
+    err_o: float | None = None
+    err_lse: float | None = None
+    err_dq: float | None = None
+    err_dk: float | None = None
+    err_dv: float | None = None
+    status: str = "ok"  # one of STATUSES
+    note: str = ""
+    # provenance
+    gpu: str = ""
+    driver: str = ""
+    cuda: str = ""
+    torch: str = ""
+    triton: str = ""
+    commit: str = ""
+    timestamp: str = ""
+    host_kind: str = ""
+    source: str = "measured"
+
+
+COLUMNS = [field.name for field in dataclasses.fields(Row)]
+SHAPE_COLUMNS = ["dtype", "batch", "heads", "kv_heads", "seqlen_q", "seqlen_k", "head_dim", "causal"]
+TILE_COLUMNS = ["block_m", "block_n", "num_warps", "num_stages"]
+TIMING_COLUMNS = ["ms", "ms_p20", "ms_p80", "gpu_ms", "host_ms", "tflops"]
+MEMORY_COLUMNS = ["attn_mem_bytes", "input_bytes", "peak_mem_bytes"]
+TELEMETRY_COLUMNS = ["sm_clock_mhz", "power_w", "temp_c", "telemetry_samples"]
+ERROR_COLUMNS = ["err_o", "err_lse", "err_dq", "err_dk", "err_dv"]
+PROVENANCE_COLUMNS = ["gpu", "driver", "cuda", "torch", "triton", "commit", "timestamp", "host_kind", "source"]
+INTEGER_COLUMNS = ["batch", "heads", "kv_heads", "seqlen_q", "seqlen_k", "head_dim", "causal", "repetition",
+                   *TILE_COLUMNS, "recompute", "host_bound", "attn_mem_bytes", "input_bytes", "peak_mem_bytes",
+                   "telemetry_samples"]
+FLOAT_COLUMNS = [column for column in TIMING_COLUMNS + TELEMETRY_COLUMNS + ERROR_COLUMNS
+                 if column not in INTEGER_COLUMNS]
+# A cell's identity across repetitions and runs (with experiment, provider, variant and mode).
+CELL_KEYS = ["experiment", "provider", "variant", "mode"] + SHAPE_COLUMNS
