@@ -1,7 +1,8 @@
 """The archive of GPU runs under results/archive/<gpu>/: saving a measured run, restoring from it.
 
   python -m experiments.archive save --gpu nvidia-h200 --dest results/archive/nvidia-h200 results/*.csv
-      checks that every row was measured here on that GPU, copies the CSVs and writes provenance.json
+      checks that every row was measured on that GPU by one clean commit (the published archive comes
+      from a single commit whose kernels are on main), copies the CSVs and writes provenance.json
       (GPU, driver, CUDA, torch, triton, commits, time span, and each file's rows, statuses and sha256)
   python -m experiments.archive restore --gpu nvidia-h200 results/archive/nvidia-h200/speed.csv results/speed.csv
       copies an archived CSV into results/, its rows marked source=archive:<gpu>
@@ -34,8 +35,12 @@ def save(csv_paths: list[str], gpu: str, dest: str) -> None:
             digest = hashlib.sha256(f.read()).hexdigest()
         statuses = collections.Counter(row["status"] for row in rows)
         files[os.path.basename(path)] = {"rows": len(rows), "status": dict(statuses), "sha256": digest}
+    commits = sorted(seen["commit"])
+    if len(commits) != 1 or commits[0] in ("", "unknown") or commits[0].endswith("-dirty"):
+        sys.exit(f"the rows come from commits {commits}: an archive holds one run of one clean commit; "
+                 "re-measure what differs (snakemake -f <ablation>) at the commit you are publishing")
     stamps = sorted(seen["timestamp"] - {""}) or [""]
-    summary = {"gpu_slug": gpu, **{column: sorted(seen[column]) for column in SUMMARISED},
+    summary = {"gpu_slug": gpu, **{column: sorted(seen[column]) for column in SUMMARISED}, "run_commit": commits[0],
                "first_timestamp": stamps[0], "last_timestamp": stamps[-1],
                "archived_at": provenance.timestamp(), "files": files}
     os.makedirs(dest, exist_ok=True)

@@ -1,8 +1,10 @@
 """Expands each ablation's settings (experiments/settings.py) into the cells it measures.
 
-A cell is one row of results: a provider, a variant, a mode, a dtype and a shape. The order of the
-cells keeps each provider's kernel specialisations together, so each is compiled once. Nothing here
-touches a GPU: `python -m experiments.grid` prints how many cells each ablation of the config has.
+A cell is one row of results: a provider, a variant, a mode, a dtype and a shape, in one repetition.
+A timed ablation's grid is laid out `repetitions` times, one pass after the other, each pass opening
+with the matmul ceiling (so every CSV carries the roof measured interleaved with its cells). Within a
+pass the order keeps each provider's kernel specialisations together, so each is compiled once.
+Nothing here touches a GPU: `python -m experiments.grid` prints how many cells each ablation has.
 """
 import dataclasses
 import itertools
@@ -15,10 +17,13 @@ CAUSAL_VARIANTS = {
     "full": (False, ()),
 }
 RECOMPUTE_VARIANTS = {"recompute": (("recompute", True),), "store_scores": (("recompute", False),)}
-# FlashAttention-1-style arms change the forward only (the engine's backward has no such switch),
-# so they run forward and forward+backward; the atomic-dQ arm changes the backward only.
+# `fa1` is the faithful FlashAttention-1 (kernels/_fa1.py: Algorithm 1's loop order and the
+# one-program-per-head backward), timed in every mode. The single FlashAttention-1-style changes
+# inside the FlashAttention-2 forward (eager rescale, no sequence parallelism) change the forward
+# only, so they run forward and forward+backward; the atomic-dQ arm changes the backward only.
 FA1_VS_FA2_ARMS = {
     "fa2": ((), ("fwd", "bwd", "fwd_bwd")),
+    "fa1": ((("algorithm", "fa1"),), ("fwd", "bwd", "fwd_bwd")),
     "fa1_rescale": ((("deferred_rescale", False),), ("fwd", "fwd_bwd")),
     "fa1_no_seqpar": ((("seq_parallel", False),), ("fwd", "fwd_bwd")),
     "fa1_both": ((("deferred_rescale", False), ("seq_parallel", False)), ("fwd", "fwd_bwd")),
@@ -44,6 +49,7 @@ class Cell:
     fwd_tiles: tuple | None = None  # (block_m, block_n, num_warps, num_stages); None: the default
     bwd_tiles: tuple | None = None
     size: int | None = None       # ceiling: matmul size or copy bytes
+    repetition: int | None = None  # which pass over the grid (timed ablations)
 
     @property
     def key(self) -> str:
@@ -54,6 +60,8 @@ class Cell:
     def label(self) -> str:
         """A short description for progress lines."""
         parts = [self.provider, self.variant, self.mode, self.dtype]
+        if self.repetition is not None:
+            parts.insert(0, f"rep {self.repetition}")
         if self.head_dim is None:
             return " ".join(parts + [f"size {self.size}"])
         parts.append(f"B{self.batch} H{self.heads}/{self.kv_heads} N{self.seqlen_q}x{self.seqlen_k} d{self.head_dim}")
@@ -70,6 +78,7 @@ def paper_shape(settings: dict, seqlen: int, head_dim: int) -> dict:
 
 
 def speed(s: dict) -> list[Cell]:
+    """The paper's benchmark: every provider on the paper's shapes (speed sets its own head dims and dtypes)."""
     cells = []
     for dtype, head_dim, is_causal, mode in itertools.product(s["dtypes"], s["head_dims"], s["causal"], s["modes"]):
         for n, provider in itertools.product(s["seqlens"], s["providers"]):
@@ -102,11 +111,12 @@ def causal(s: dict) -> list[Cell]:
 
 
 def seqlen(s: dict) -> list[Cell]:
-    heads = s["hidden"] // s["head_dim"]
+    """Each named shape set (the rows' variant) over its lengths."""
     return [
-        Cell("seqlen", provider, mode, s["dtype"], batch=s["batch"], heads=heads, kv_heads=heads, seqlen_q=n,
-             seqlen_k=n, head_dim=s["head_dim"], causal=is_causal)
-        for is_causal, mode, n, provider in itertools.product(s["causal"], s["modes"], s["seqlens"], s["providers"])
+        Cell("seqlen", provider, mode, s["dtype"], batch=shape["batch"], heads=shape["heads"], kv_heads=shape["heads"],
+             seqlen_q=n, seqlen_k=n, head_dim=shape["head_dim"], causal=is_causal, variant=name)
+        for name, shape in s["shape_sets"].items()
+        for is_causal, mode, n, provider in itertools.product(s["causal"], s["modes"], shape["seqlens"], s["providers"])
     ]
 
 
@@ -142,7 +152,7 @@ def ceiling(s: dict) -> list[Cell]:
     return matmuls + [Cell("ceiling", "torch_copy", "copy", "fp16", size=s["copy_mib"] * 2**20)]
 
 
-from experiments.schema import ABLATIONS as _NAMES, INTERPRETER_ABLATIONS  # noqa: E402
+from experiments.schema import ABLATIONS as _NAMES, INTERPRETER_ABLATIONS, TIMED_ABLATIONS  # noqa: E402, F401
 
 # Each ablation's cell builder, by the names experiments/schema.py defines.
 ABLATIONS = {
@@ -153,10 +163,22 @@ assert tuple(ABLATIONS) == _NAMES, "experiments/schema.py and the builders here 
 
 
 def cells(ablation: str, settings: dict, on_gpu: bool) -> list[Cell]:
-    """The ablation's cells on this host: without a GPU, accuracy takes its interpreter shapes."""
+    """The ablation's cells on this host, in the order they are measured.
+
+    A timed ablation's grid is repeated `repetitions` times, pass after pass, each pass opening with
+    the matmul ceiling in the dtypes the pass uses. Without a GPU, accuracy takes its interpreter shapes.
+    """
     if not on_gpu and ablation == "accuracy":
         settings = {**settings, "shapes": settings["interpreter_shapes"]}
-    return ABLATIONS[ablation](settings)
+    one_pass = ABLATIONS[ablation](settings)
+    if ablation not in TIMED_ABLATIONS:
+        return one_pass
+    if ablation != "ceiling":
+        dtypes = sorted({cell.dtype for cell in one_pass})
+        one_pass = [Cell(ablation, "torch_matmul", "matmul", dtype, size=settings["ceiling_matmul_size"])
+                    for dtype in dtypes] + one_pass
+    return [dataclasses.replace(cell, repetition=repetition)
+            for repetition in range(settings["repetitions"]) for cell in one_pass]
 
 
 if __name__ == "__main__":

@@ -1,17 +1,27 @@
-"""Measures one cell on the GPU: runtime quantiles, TFLOP/s and peak memory; or classifies its failure.
+"""Measures one cell on the GPU in one repetition: time, TFLOP/s, memory; or classifies its failure.
 
-Timing is triton.testing.do_bench (its own warm-up, then repetitions for rep_ms, each after an L2
-flush), reporting the median and the 20th and 80th percentiles; do_bench calls the function once
-before it starts the clock, so compilation and lazy initialisation stay out of the numbers. One more
-call between a reset and a read of torch.cuda.max_memory_allocated gives the peak memory, which thus
-includes the inputs and everything the call allocates. Modes:
+Time: triton.testing.do_bench (its own warm-up, then calls for rep_ms, each after an L2 flush,
+timed by CUDA events) gives `ms`, the median, and the 20th and 80th percentiles; do_bench calls the
+function before it starts the clock, so compilation and lazy initialisation stay out. The events
+measure the host too when it issues work slower than the GPU runs it, so two more timings say
+which side set `ms`: `host_ms`, the host's time to issue one call into an empty queue, and
+`gpu_ms`, the GPU's time for one call whose launches were all queued behind a sleep kernel first (no
+host gap can show). A row is host-bound when ms exceeds gpu_ms by more than HOST_BOUND_EXCESS.
+
+Memory: one more call between a reset of the allocator's peak and a read of it; `attn_mem_bytes` is
+that peak net of what the process held before the call (the inputs, and workspaces such as cuBLAS's
+that an earlier call left allocated), so it is attention's own footprint; `peak_mem_bytes` adds the
+bytes of the inputs to it. Modes:
   fwd      o = attention(q, k, v) on inputs that require grad, as in training (and in the paper's
            benchmark): what the forward saves for the backward counts towards its memory
   bwd      the forward runs once, untimed; timed: torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
   fwd_bwd  both, timed together
 """
+import functools
 import multiprocessing
 import os
+import statistics
+import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -37,19 +47,86 @@ def failure(error: BaseException) -> tuple[str, str]:
     return "error", note
 
 
-def _bench(fn, timing: dict) -> dict:
+# ms above gpu_ms by more than this share: the GPU waited for the host during the timing.
+HOST_BOUND_EXCESS = 0.10
+# calls timed for host_ms and for gpu_ms (the median of each is kept)
+SIDE_TIMINGS = 5
+
+
+def _bench(fn, timing: dict, input_bytes: int = 0) -> dict:
     ms, p20, p80 = triton.testing.do_bench(fn, warmup=timing["warmup_ms"], rep=timing["rep_ms"],
                                            quantiles=[0.5, 0.2, 0.8])
-    torch.cuda.reset_peak_memory_stats()
-    fn()
+    host_ms, gpu_ms = _host_and_gpu_ms(fn)
+    attn_mem_bytes = _net_peak_memory(fn)
+    return dict(ms=ms, ms_p20=p20, ms_p80=p80, host_ms=host_ms, gpu_ms=gpu_ms,
+                host_bound=int(ms > (1 + HOST_BOUND_EXCESS) * gpu_ms),
+                attn_mem_bytes=attn_mem_bytes, input_bytes=input_bytes, peak_mem_bytes=input_bytes + attn_mem_bytes)
+
+
+def _net_peak_memory(fn) -> int:
+    """Peak bytes the allocator held during one call, net of what it held before the call."""
     torch.cuda.synchronize()
-    return dict(ms=ms, ms_p20=p20, ms_p80=p80, peak_mem_bytes=torch.cuda.max_memory_allocated())
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    result = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated()
+    del result
+    return peak - before
+
+
+@functools.cache
+def _sleep_cycles_per_ms() -> float:
+    """Clock cycles that torch.cuda._sleep spins per millisecond on this GPU (measured once)."""
+    cycles = 10_000_000
+    torch.cuda._sleep(cycles // 10)  # warm-up
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return cycles / start.elapsed_time(end)
+
+
+def _host_and_gpu_ms(fn) -> tuple[float, float]:
+    """Median host time to issue one call, and median GPU time of one call queued behind a sleep.
+
+    For the GPU time the L2 cache is flushed (as do_bench does), a sleep kernel long enough for the
+    host to issue the whole call is queued, and CUDA events bracket the call: the GPU then runs its
+    kernels back to back, so the events see no host gap.
+    """
+    host = []
+    for _ in range(SIDE_TIMINGS):
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        fn()
+        host.append((time.perf_counter() - started) * 1e3)
+    host_ms = statistics.median(host)
+    cache = triton.runtime.driver.active.get_empty_cache_for_benchmark()
+    sleep = int(_sleep_cycles_per_ms() * (2 * max(host) + 0.5))
+    gpu = []
+    for _ in range(SIDE_TIMINGS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        cache.zero_()
+        torch.cuda._sleep(sleep)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        gpu.append(start.elapsed_time(end))
+    return host_ms, statistics.median(gpu)
+
+
+def input_bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def _timed_call(cell, device: torch.device):
-    """The function that a cell times, inputs bound."""
+    """The function that a cell times, inputs bound, and the bytes of those inputs."""
     attend = providers.attention(cell, device)
     q, k, v, do = providers.inputs(cell, device)
+    held = input_bytes((q, k, v) if cell.mode == "fwd" else (q, k, v, do))
     if cell.mode == "fwd":
         def fn():
             return attend(q, k, v)
@@ -61,12 +138,12 @@ def _timed_call(cell, device: torch.device):
     else:
         def fn():
             return torch.autograd.grad(attend(q, k, v), (q, k, v), do)
-    return fn
+    return fn, held
 
 
 def attention(cell, timing: dict, device: torch.device) -> dict:
-    fn = _timed_call(cell, device)
-    result = _bench(fn, timing) | _tile_fallback(cell, fn)
+    fn, held = _timed_call(cell, device)
+    result = _bench(fn, timing, held) | _tile_fallback(cell, fn)
     count = flops.attention_flops(cell.batch, cell.heads, cell.seqlen_q, cell.seqlen_k, cell.head_dim,
                                   cell.causal, cell.mode)
     return dict(result, tflops=flops.tflops(count, result["ms"]))
@@ -103,12 +180,12 @@ def ceiling(cell, timing: dict, device: torch.device) -> dict:
     if cell.provider == "torch_matmul":
         a = torch.randn(cell.size, cell.size, device=device, dtype=dtype)
         b = torch.randn(cell.size, cell.size, device=device, dtype=dtype)
-        result = _bench(lambda: torch.matmul(a, b), timing)
+        result = _bench(lambda: torch.matmul(a, b), timing, input_bytes((a, b)))
         count = flops.matmul_flops(cell.size, cell.size, cell.size)
         return dict(result, tflops=flops.tflops(count, result["ms"]), note=f"m=n=k={cell.size}")
     source = torch.empty(cell.size // dtype.itemsize, device=device, dtype=dtype).fill_(1)
     target = torch.empty_like(source)
-    result = _bench(lambda: target.copy_(source), timing)
+    result = _bench(lambda: target.copy_(source), timing, input_bytes((source, target)))
     return dict(result, note=f"bytes={2 * cell.size}")  # each byte read once and written once
 
 
@@ -142,7 +219,7 @@ def precompile(cells, device: torch.device) -> None:
 
 def _call_once(cell, device_type: str) -> None:
     try:
-        _timed_call(cell, torch.device(device_type))()
+        _timed_call(cell, torch.device(device_type))[0]()
         torch.cuda.synchronize()
     except Exception:
         pass

@@ -28,7 +28,7 @@ def row(cell, values: dict, status: str, note: str, origin: dict, timestamp: str
     return results.Row(
         experiment=cell.experiment, provider=cell.provider, variant=cell.variant, mode=cell.mode, dtype=cell.dtype,
         batch=cell.batch, heads=cell.heads, kv_heads=cell.kv_heads, seqlen_q=cell.seqlen_q, seqlen_k=cell.seqlen_k,
-        head_dim=cell.head_dim, causal=int(cell.causal) if cell.head_dim else None,
+        head_dim=cell.head_dim, causal=int(cell.causal) if cell.head_dim else None, repetition=cell.repetition,
         status=status, note=note, timestamp=timestamp, **values, **origin,
     )
 
@@ -64,7 +64,7 @@ def supervise(ablation: str, settings: dict, output: str) -> None:
         elif len(journal.rows) == finished_before:
             sys.exit(f"{ablation}: the measuring process failed (exit code {code}) before finishing a cell")
     results.write_csv([journal.rows[key] for key in cells], output)
-    for stale in glob.glob(os.path.join(os.path.dirname(journal_path), f"{ablation}-*.jsonl")):
+    for stale in glob.glob(os.path.join(os.path.dirname(journal_path), f"{ablation}-*.jsonl*")):
         os.remove(stale)  # this run's journal, and those of earlier settings that cannot resume now
     print(f"{ablation}: wrote {output} ({len(cells)} rows)", flush=True)
 
@@ -72,7 +72,8 @@ def supervise(ablation: str, settings: dict, output: str) -> None:
 def work(ablation: str, settings: dict, journal_path: str, device_type: str) -> None:
     import torch
 
-    from experiments import accuracy, measure, providers
+    from experiments import accuracy, measure, providers, telemetry
+    from experiments.schema import CEILING_PROVIDERS
 
     on_gpu = device_type == "cuda"
     if on_gpu and not torch.cuda.is_available():
@@ -86,20 +87,26 @@ def work(ablation: str, settings: dict, journal_path: str, device_type: str) -> 
     print(f"{ablation}: {len(cells)} cells, {len(cells) - len(todo)} done before, {len(todo)} to measure", flush=True)
     if on_gpu:
         measure.precompile(todo, device)
+    sampler = None
+    if on_gpu and ablation in grid.TIMED_ABLATIONS:
+        sampler = telemetry.Sampler(telemetry.pci_bus_id(device), journal_path + ".telemetry")
     started = time.monotonic()
     for done, cell in enumerate(todo, 1):
         journal.start(cell.key)
         values, status, note = {}, "ok", ""
+        window_start = time.time()
         try:
             values.update(providers.tile_columns(cell))
             if ablation == "accuracy":
                 values.update(accuracy.errors(cell, device))
-            elif ablation == "ceiling":
+            elif cell.provider in CEILING_PROVIDERS:
                 values.update(measure.ceiling(cell, settings, device))
             else:
                 values.update(measure.attention(cell, settings, device))
         except Exception as error:  # every failure becomes a row; the grid goes on
             status, note = measure.failure(error)
+        if sampler is not None:
+            values.update(sampler.window(window_start, time.time()))
         note = values.pop("note", note)
         journal.done(cell.key, row(cell, values, status, note, journal.provenance, provenance.timestamp()))
         elapsed = time.monotonic() - started
@@ -113,6 +120,8 @@ def work(ablation: str, settings: dict, journal_path: str, device_type: str) -> 
                 torch.cuda.empty_cache()
             except Exception:  # the context is gone: a fresh process carries on
                 sys.exit(RESTART)
+    if sampler is not None:
+        sampler.close()
 
 
 def _summary(status: str, note: str, values: dict) -> str:
@@ -120,10 +129,15 @@ def _summary(status: str, note: str, values: dict) -> str:
         return f"{status}: {note}"
     if "err_o" in values:
         return "err_o {err_o:.2e} err_dq {err_dq:.2e}".format(**values)
-    text = f"{values['ms']:.3f} ms"
+    text = f"{values['ms']:.3f} ms (GPU {values['gpu_ms']:.3f}, host {values['host_ms']:.3f})"
+    if values.get("host_bound"):
+        text += " host-bound"
     if values.get("tflops"):
         text += f", {values['tflops']:.1f} TFLOP/s"
-    return text + f", peak {values['peak_mem_bytes'] / 2**30:.2f} GiB"
+    text += f", own memory {values['attn_mem_bytes'] / 2**20:.1f} MiB"
+    if values.get("sm_clock_mhz") is not None:
+        text += f", {values['sm_clock_mhz']:.0f} MHz {values['power_w']:.0f} W {values['temp_c']:.0f} C"
+    return text
 
 
 def main(argv=None) -> None:

@@ -9,14 +9,15 @@ import copy
 import os
 
 import yaml
-from snakemake.utils import update_config, validate
+import jsonschema
+from snakemake.utils import update_config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIG_FILE = os.path.join(HERE, "config.yaml")
 SCHEMA_FILE = os.path.join(HERE, "config.schema.yaml")
 
 # Top-level keys that every ablation's settings carry beside its own section.
-SHARED_KEYS = ("warmup_ms", "rep_ms", "tokens", "hidden", "head_dims", "dtypes")
+SHARED_KEYS = ("repetitions", "warmup_ms", "rep_ms", "tokens", "hidden", "head_dims", "dtypes")
 
 
 def coerce_cli_strings(config: dict) -> dict:
@@ -47,13 +48,53 @@ def _coerce(value, node: dict, schema: dict):
     return value
 
 
+class ConfigError(ValueError):
+    """The config breaks the schema: the message names each bad key and what it may hold."""
+
+
+def validate(config: dict) -> None:
+    """Check `config` against config.schema.yaml; raise ConfigError naming each bad key.
+
+    A misspelt key is reported with the keys its section allows, a bad value with what the schema
+    expects there, never with the whole schema.
+    """
+    with open(SCHEMA_FILE) as f:
+        schema = yaml.safe_load(f)
+    validator = jsonschema.Draft202012Validator(schema)
+    problems = []
+    for error in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
+        where = ".".join(str(part) for part in error.absolute_path) or "(top level)"
+        node = _resolve(error.schema, schema)
+        if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+            allowed = sorted(node.get("properties", {}))
+            unknown = sorted(set(error.instance) - set(allowed))
+            for key in unknown:
+                name = f"{where}.{key}" if error.absolute_path else key
+                problems.append(f"config key {name}: unknown key; allowed here: {', '.join(allowed)}")
+        elif error.validator == "enum":
+            problems.append(f"config key {where}: {error.instance!r} is not one of {error.validator_value}")
+        elif error.validator == "required":
+            problems.append(f"config key {where}: {error.message}")
+        else:
+            problems.append(f"config key {where}: {error.instance!r}: {error.message}"
+                            + (f" ({node['description']})" if node.get("description") else ""))
+    if problems:
+        raise ConfigError("experiments/config.yaml or --config: " + "; ".join(problems))
+
+
+def _resolve(node: dict, schema: dict) -> dict:
+    while isinstance(node, dict) and "$ref" in node:
+        node = schema["$defs"][node["$ref"].rsplit("/", 1)[-1]]
+    return node
+
+
 def check(config: dict) -> None:
     """Validate the config against the schema and the relations that a schema cannot express."""
-    validate(config, SCHEMA_FILE)
-    for head_dim in config["head_dims"] + [config["seqlen"]["head_dim"]]:
+    validate(config)
+    for head_dim in config["head_dims"] + config["speed"]["head_dims"]:
         if config["hidden"] % head_dim:
             raise ValueError(f"config key hidden: {config['hidden']} is not a multiple of head dim {head_dim} "
-                             "(head_dims, seqlen.head_dim)")
+                             "(head_dims, speed.head_dims)")
     for key in ("shapes", "interpreter_shapes"):
         for i, shape in enumerate(config["accuracy"][key]):
             if shape["heads"] % shape["kv_heads"]:
@@ -69,6 +110,7 @@ def ablation_settings(config: dict, ablations) -> dict[str, dict]:
         update_config(config, config["full_sweep_overrides"])
         check(config)
     shared = {key: config[key] for key in SHARED_KEYS}
+    shared["ceiling_matmul_size"] = config["ceiling"]["matmul_size"]  # the matmul timed in every pass
     return {name: {**shared, **config[name]} for name in ablations}
 
 

@@ -1,6 +1,7 @@
 """The experiment stage's parts: config, grid, FLOP model, results journal, failure statuses, archive
 and the runner's recovery from a worker that dies. The GPU measurement itself runs only with CUDA."""
 import copy
+import dataclasses
 import json
 import os
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 from experiments import archive, flops, grid, measure, providers, results, run
-from experiments.settings import ablation_settings, check, coerce_cli_strings, load_default
+from experiments.settings import ConfigError, ablation_settings, check, coerce_cli_strings, load_default
 
 CONFIG = load_default()
 SETTINGS = ablation_settings(CONFIG, grid.ABLATIONS)
@@ -41,7 +42,9 @@ def test_full_sweep_merges_into_the_sections():
     swept = ablation_settings(dict(CONFIG, full_sweep=True), grid.ABLATIONS)
     overrides = CONFIG["full_sweep_overrides"]
     assert swept["tiles"]["fwd"] == overrides["tiles"]["fwd"]
-    assert swept["seqlen"]["seqlens"] == overrides["seqlen"]["seqlens"]
+    assert swept["seqlen"]["shape_sets"]["long_context"] == overrides["seqlen"]["shape_sets"]["long_context"]
+    assert swept["seqlen"]["shape_sets"]["fa1_readme"] == CONFIG["seqlen"]["shape_sets"]["fa1_readme"]
+    assert swept["speed"]["dtypes"] == overrides["speed"]["dtypes"]
     assert swept["speed"]["providers"] == CONFIG["speed"]["providers"]  # untouched keys stay
     assert len(grid.tiles(swept["tiles"])) > len(grid.tiles(SETTINGS["tiles"]))
 
@@ -58,6 +61,42 @@ def test_every_ablation_has_distinct_cells():
         for on_gpu in (True, False):
             cells = grid.cells(name, SETTINGS[name], on_gpu)
             assert cells and len({cell.key for cell in cells}) == len(cells)
+
+
+@pytest.mark.parametrize("ablation", [name for name in grid.ABLATIONS if name != "accuracy"])
+def test_timed_ablations_repeat_their_grid_in_passes_each_opening_with_the_matmul(ablation):
+    settings = dict(SETTINGS[ablation], repetitions=3)
+    cells = grid.cells(ablation, settings, on_gpu=True)
+    one_pass = len(cells) // 3
+    assert len(cells) == 3 * one_pass
+    for repetition in range(3):
+        passed = cells[repetition * one_pass:(repetition + 1) * one_pass]
+        assert {cell.repetition for cell in passed} == {repetition}
+        assert passed[0].provider == "torch_matmul"  # the roof, measured interleaved with the cells
+        strip = [dataclasses.replace(cell, repetition=None) for cell in passed]
+        assert strip == [dataclasses.replace(cell, repetition=None) for cell in cells[:one_pass]]
+
+
+def test_accuracy_is_not_repeated():
+    assert all(cell.repetition is None for cell in grid.cells("accuracy", SETTINGS["accuracy"], on_gpu=True))
+
+
+def test_seqlen_runs_each_shape_set_as_a_variant():
+    cells = grid.seqlen(SETTINGS["seqlen"])
+    for name, shape in CONFIG["seqlen"]["shape_sets"].items():
+        mine = [cell for cell in cells if cell.variant == name]
+        assert {cell.seqlen_q for cell in mine} == set(shape["seqlens"])
+        assert {(cell.batch, cell.heads, cell.head_dim) for cell in mine} == {
+            (shape["batch"], shape["heads"], shape["head_dim"])}
+
+
+def test_a_config_typo_names_the_key_and_what_is_allowed():
+    config = copy.deepcopy(CONFIG)
+    config["speed"]["seqlen"] = [512]
+    with pytest.raises(ConfigError) as raised:
+        check(config)
+    message = str(raised.value)
+    assert "speed.seqlen: unknown key" in message and "seqlens" in message and "$defs" not in message
 
 
 def test_speed_grid_is_the_paper_grid_with_flex_where_configured():
@@ -156,6 +195,16 @@ def test_archive_saves_a_gpu_run_with_provenance_and_restores_it(tmp_path):
     assert {row["source"] for row in results.read_csv(restored)} == {"archive:test-gpu"}
 
 
+@pytest.mark.parametrize("commits", [("c1", "c2"), ("c1-dirty", "c1-dirty"), ("unknown", "unknown")])
+def test_archive_refuses_rows_of_several_or_unclean_commits(tmp_path, commits):
+    rows = [vars(results.Row("speed", "ours", gpu="Test GPU", commit=commit, timestamp="2026-01-01T00:00:00+00:00",
+                             host_kind="cuda")) for commit in commits]
+    measured = str(tmp_path / "speed.csv")
+    results.write_csv(rows, measured)
+    with pytest.raises(SystemExit, match="one clean commit"):
+        archive.save([measured], "test-gpu", str(tmp_path / "archive"))
+
+
 def test_a_worker_that_dies_in_a_cell_leaves_an_error_row_and_the_run_goes_on(tmp_path, monkeypatch):
     settings = dict(SETTINGS["tiles"], head_dims=[64], fwd=dict(SETTINGS["tiles"]["fwd"], num_stages=[2]))
     cells = grid.tiles(settings)[:3]
@@ -192,8 +241,11 @@ def test_each_mode_times_the_call_it_names(mode, monkeypatch):
     """On the CPU (interpreter), with the timer replaced: the timed function's result and the FLOP count."""
     timed = []
 
-    def bench(fn, timing):
+    held = []
+
+    def bench(fn, timing, input_bytes):
         timed.append(fn())
+        held.append(input_bytes)
         return {"ms": 2.0, "ms_p20": 1.9, "ms_p80": 2.1, "peak_mem_bytes": 0}
 
     monkeypatch.setattr(measure, "_bench", bench)
@@ -207,6 +259,8 @@ def test_each_mode_times_the_call_it_names(mode, monkeypatch):
         assert len(result) == 3 and all(grad.shape == (1, 2, 32, 16) for grad in result)
     count = flops.attention_flops(1, 2, 32, 32, 16, True, mode)
     assert values["tflops"] == pytest.approx(count / 2e-3 / 1e12)
+    tensor_bytes = 1 * 2 * 32 * 16 * 2
+    assert held == [tensor_bytes * (3 if mode == "fwd" else 4)]  # q, k, v, and dO with a backward
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -218,4 +272,36 @@ def test_every_provider_measures_a_small_cell_on_the_gpu():
                              seqlen_k=512, head_dim=64, causal=True)
             values = measure.attention(cell, timing, torch.device("cuda"))
             assert values["ms_p20"] <= values["ms"] <= values["ms_p80"] and values["tflops"] > 0
-            assert values["peak_mem_bytes"] > 0
+            assert values["gpu_ms"] > 0 and values["host_ms"] > 0 and values["host_bound"] in (0, 1)
+            assert values["attn_mem_bytes"] > 0
+            assert values["peak_mem_bytes"] == values["input_bytes"] + values["attn_mem_bytes"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_memory_is_net_of_what_the_process_held_before():
+    """A workspace that an earlier call left allocated (cuBLAS's, say) does not count; the outputs do."""
+    timing = {"warmup_ms": 5, "rep_ms": 10}
+    cell = grid.Cell("speed", "ours", "fwd_bwd", "fp16", batch=1, heads=16, kv_heads=16, seqlen_q=1024,
+                     seqlen_k=1024, head_dim=128, causal=False)
+    ballast = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")  # held before, as a workspace is
+    values = measure.attention(cell, timing, torch.device("cuda"))
+    del ballast
+    tensor = 1 * 16 * 1024 * 128 * 2
+    # q, k, v, dO held; out, dq, dk, dv made by the call: 8 tensors; the rest is small (lse, delta, dQ buffer)
+    assert values["input_bytes"] == 4 * tensor
+    assert 4 * tensor <= values["attn_mem_bytes"] <= 1.5 * 4 * tensor
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_host_bound_call_is_flagged_and_a_long_one_is_not():
+    import time as _time
+
+    x = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+
+    def slow_host():
+        _time.sleep(0.002)  # the GPU work is tiny, the host's is 2 ms
+        return x[:8, :8] + 1
+
+    timing = {"warmup_ms": 5, "rep_ms": 20}
+    assert measure._bench(slow_host, timing)["host_bound"] == 1
+    assert measure._bench(lambda: x @ x, timing)["host_bound"] == 0

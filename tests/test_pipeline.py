@@ -151,10 +151,21 @@ def test_tiny_config_runs_end_to_end_on_the_cpu(workflow):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_a_tiny_speed_grid_is_measured_on_the_gpu(workflow):
-    tiny = "speed={seqlens: [256], modes: [fwd, bwd], providers: [ours, sdpa_flash], flex_seqlens: []}"
-    snakemake(workflow, "speed", "--config", "mode=measure", "dtypes=[fp16]", "head_dims=[64]", tiny, cpu_only=False)
+    tiny = ("speed={seqlens: [256], modes: [fwd, bwd], providers: [ours, sdpa_flash], flex_seqlens: [],"
+            " head_dims: [64], dtypes: [fp16]}")
+    snakemake(workflow, "speed", "--config", "mode=measure", "repetitions=2", tiny, cpu_only=False)
     rows = results.read_csv(str(workflow / "results" / "speed.csv"))
-    assert len(rows) == 2 * 2 * 2  # causal x modes x providers
+    attention = [row for row in rows if row["provider"] != "torch_matmul"]
+    assert len(attention) == 2 * 2 * 2 * 2  # repetitions x causal x modes x providers
+    assert sorted(row["repetition"] for row in rows if row["provider"] == "torch_matmul") == ["0", "1"]
     for row in rows:
-        assert row["status"] == "ok" and float(row["tflops"]) > 0 and int(row["peak_mem_bytes"]) > 0
+        assert row["status"] == "ok" and float(row["ms"]) > 0 and float(row["gpu_ms"]) > 0
+        assert int(row["peak_mem_bytes"]) > 0 and row["host_bound"] in ("0", "1")
         assert row["host_kind"] == "cuda" and row["source"] == "measured" and row["gpu"] and row["driver"]
+    for row in attention:
+        assert float(row["tflops"]) > 0
+    try:
+        import pynvml  # noqa: F401
+    except ImportError:
+        return
+    assert all(float(row["sm_clock_mhz"]) > 0 and float(row["power_w"]) > 0 for row in rows)
