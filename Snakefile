@@ -29,8 +29,17 @@ else:
     REPORT_OUTPUTS = []
 
 
+include: "analysis/compare.smk"
+
+
 rule all:
     default_target: True
     input:
         RESULT_CSVS,
         REPORT_OUTPUTS,
+
+
+onsuccess:
+    built = [path for path in REPORT_OUTPUTS if os.path.exists(path)]
+    if built:
+        print("The report: " + ", ".join(built) + f" (performance from {'this GPU' if MODE == 'measure' else ARCHIVE})")

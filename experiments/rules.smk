@@ -7,6 +7,7 @@ device (experiments/gpus.py), so `--resources gpu=N` runs N of them at once.
 """
 import json
 import os
+import sys
 
 from experiments import archive, gpus, grid
 from experiments.settings import ablation_settings
@@ -35,11 +36,12 @@ if MEASURED:
         wildcard_constraints:
             ablation="|".join(MEASURED),
         params:
+            python=sys.executable,  # the interpreter running snakemake, a virtual environment's too
             settings=lambda wildcards: json.dumps(SETTINGS[wildcards.ablation]),
         resources:
             gpu=int(MODE == "measure"),
         shell:
-            "python3 -m experiments.run {wildcards.ablation} --output {output.csv}"
+            "{params.python} -m experiments.run {wildcards.ablation} --output {output.csv}"
             " --settings {params.settings:q} 2>&1 | tee {log}"
 
 
@@ -57,10 +59,11 @@ if ARCHIVED:
         wildcard_constraints:
             ablation="|".join(ARCHIVED),
         params:
+            python=sys.executable,
             gpu=config["archive_gpu"],
         localrule: True
         shell:
-            "python3 -m experiments.archive restore --gpu {params.gpu}"
+            "{params.python} -m experiments.archive restore --gpu {params.gpu}"
             " {input.archived} {output.csv} > {log} 2>&1"
 
 else:
@@ -76,11 +79,12 @@ else:
         conda:
             "../envs/experiments.yaml"
         params:
+            python=sys.executable,
             gpu=config["archive_gpu"],
             dest=lambda wildcards, output: os.path.dirname(output.provenance),
         localrule: True
         shell:
-            "python3 -m experiments.archive save --gpu {params.gpu} --dest {params.dest}"
+            "{params.python} -m experiments.archive save --gpu {params.gpu} --dest {params.dest}"
             " {input} > {log} 2>&1"
 
 
