@@ -61,7 +61,7 @@ SIDES = ("baseline", "candidate")
 VERDICTS = ("regression", "improvement", "within noise", "status change", "only in baseline", "only in candidate")
 # How badly a side failed: a status change towards a higher level is a regression.
 FAILURE_LEVEL = {"ok": 0, "mixed": 1}  # any other status (every repetition failed): 2
-SHOWN_PROVENANCE = ("gpu", "torch", "triton", "commit")
+SHOWN_PROVENANCE = ("gpu", "torch", "triton", "commit", "source")
 
 
 # -- reading -------------------------------------------------------------------------------------------------
@@ -312,9 +312,9 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
 
 def _cell_table(cells: pd.DataFrame) -> list[str]:
     records = cells.head(WORST).to_dict("records")
-    return _table(["ablation", "cell", "baseline", "candidate", "ratio", "band"],
+    return _table(["ablation", "cell", "baseline", "candidate", "ratio", "band", "margin"],
                   [[cell["ablation"], describe_cell(cell), _side_text(cell, "baseline"), _side_text(cell, "candidate"),
-                    _ratio(cell["ratio"]), _percent(cell["band"])] for cell in records])
+                    _ratio(cell["ratio"]), _percent(cell["band"]), _percent(cell["margin"])] for cell in records])
 
 
 # -- provenance ----------------------------------------------------------------------------------------------
@@ -333,7 +333,7 @@ def provenance_lines(label: str, directory: Path, frames: list[pd.DataFrame]) ->
     rows["commit"] = [commit[:12] for commit in rows["commit"]]
     stamps = _distinct(frames, "timestamp")
     lines = [f"- {label} `{directory}` (rows): gpu {join(rows['gpu'])}; torch {join(rows['torch'])}; "
-             f"triton {join(rows['triton'])}; commit {join(rows['commit'])}; "
+             f"triton {join(rows['triton'])}; commit {join(rows['commit'])}; source {join(rows['source'])}; "
              f"measured {min(stamps) if stamps else '-'} .. {max(stamps) if stamps else '-'}"]
     path = directory / "provenance.json"
     if path.is_file():
@@ -360,7 +360,8 @@ def compare_dirs(baseline_dir: str | Path, candidate_dir: str | Path, ablations=
     for ablation in ablations or ABLATIONS:
         missing = [side for side in SIDES if not (directories[side] / f"{ablation}.csv").is_file()]
         if missing:
-            notes.append(f"{ablation}: skipped, no {ablation}.csv in the {' and '.join(missing)} directory")
+            where = "either directory" if len(missing) == 2 else f"the {missing[0]} directory"
+            notes.append(f"{ablation}: skipped, no {ablation}.csv in {where}")
             continue
         baseline, candidate = (read_results_file(directories[side] / f"{ablation}.csv") for side in SIDES)
         frames["baseline"].append(baseline)
