@@ -30,12 +30,16 @@ Rules:
   else within noise.
 - Status: a side is ok (every repetition ok), mixed (some) or failed (none: its most common status). A
   cell whose status differs is a status change; one that fails where the baseline did not (ok -> mixed
-  or failed, mixed -> failed) also counts as a regression.
+  or failed, mixed -> failed) also counts as a regression. A cell that failed the same way on both sides
+  is within noise (unchanged; it has no ratio).
 - accuracy compares errors, not times: per error column (err_o .. err_dv) the ratio candidate /
   baseline; the cell's ratio is the worst of them, a regression when it exceeds `--error-factor`, an
   improvement when below its inverse.
 
-Writes OUT/compare.csv (one row per cell) and OUT/compare.md (provenance of both sides, counts and ratio
+Writes OUT/compare.csv (one row per cell: the keys; verdict, one of VERDICTS; regression, 1 when it
+counts as one; judged, 0 for host-bound cells, whose verdict is shown but never counted; ratio, band and
+margin = max(band, threshold); per side status, rows, n repetitions used, median, min, max, spread, tflops,
+host_bound; accuracy's metric and per-error ratios) and OUT/compare.md (provenance of both sides, counts and ratio
 percentiles per ablation, the worst regressions with their spreads), and prints the summary. It does not
 decide what to republish, and it does not validate the files as strictly as analysis/load.py: old-schema
 files (without the columns added since) load, the missing columns empty.
@@ -424,7 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("baseline", type=Path, help="directory of <ablation>.csv files: the reference run")
     parser.add_argument("candidate", type=Path, help="directory of <ablation>.csv files: the run under test")
     parser.add_argument("--out", type=Path, required=True, help="directory for compare.csv and compare.md")
-    parser.add_argument("--ablations", nargs="+", choices=ABLATIONS, help="default: every ablation in both")
+    parser.add_argument("--ablations", nargs="+", choices=ABLATIONS, metavar="ABLATION",
+                        help=f"some of {', '.join(ABLATIONS)} (default: every one both directories hold)")
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
                         help="smallest relative change that counts, and the band of a side measured once (0.05)")
     parser.add_argument("--error-factor", type=float, default=DEFAULT_ERROR_FACTOR,
