@@ -29,7 +29,9 @@ else:
     REPORT_OUTPUTS = []
 
 
-include: "analysis/compare.smk"
+if os.path.exists(os.path.join(workflow.basedir, "analysis", "compare.smk")):
+
+    include: "analysis/compare.smk"
 
 
 rule all:

@@ -49,14 +49,16 @@ def failure(error: BaseException) -> tuple[str, str]:
 
 # ms above gpu_ms by more than this share: the GPU waited for the host during the timing.
 HOST_BOUND_EXCESS = 0.10
-# calls timed for host_ms and for gpu_ms (the median of each is kept)
+# calls timed for host_ms and for gpu_ms (the median of each is kept); fewer for long calls, which
+# the host cannot hold up
 SIDE_TIMINGS = 5
+SIDE_TIMINGS_LONG, LONG_CALL_MS = 2, 5.0
 
 
 def _bench(fn, timing: dict, input_bytes: int = 0) -> dict:
     ms, p20, p80 = triton.testing.do_bench(fn, warmup=timing["warmup_ms"], rep=timing["rep_ms"],
                                            quantiles=[0.5, 0.2, 0.8])
-    host_ms, gpu_ms = _host_and_gpu_ms(fn)
+    host_ms, gpu_ms = _host_and_gpu_ms(fn, SIDE_TIMINGS if ms < LONG_CALL_MS else SIDE_TIMINGS_LONG)
     attn_mem_bytes = _net_peak_memory(fn)
     return dict(ms=ms, ms_p20=p20, ms_p80=p80, host_ms=host_ms, gpu_ms=gpu_ms,
                 host_bound=int(ms > (1 + HOST_BOUND_EXCESS) * gpu_ms),
@@ -88,7 +90,7 @@ def _sleep_cycles_per_ms() -> float:
     return cycles / start.elapsed_time(end)
 
 
-def _host_and_gpu_ms(fn) -> tuple[float, float]:
+def _host_and_gpu_ms(fn, calls: int = SIDE_TIMINGS) -> tuple[float, float]:
     """Median host time to issue one call, and median GPU time of one call queued behind a sleep.
 
     For the GPU time the L2 cache is flushed (as do_bench does), a sleep kernel long enough for the
@@ -96,7 +98,7 @@ def _host_and_gpu_ms(fn) -> tuple[float, float]:
     kernels back to back, so the events see no host gap.
     """
     host = []
-    for _ in range(SIDE_TIMINGS):
+    for _ in range(calls):
         torch.cuda.synchronize()
         started = time.perf_counter()
         fn()
@@ -105,7 +107,7 @@ def _host_and_gpu_ms(fn) -> tuple[float, float]:
     cache = triton.runtime.driver.active.get_empty_cache_for_benchmark()
     sleep = int(_sleep_cycles_per_ms() * (2 * max(host) + 0.5))
     gpu = []
-    for _ in range(SIDE_TIMINGS):
+    for _ in range(calls):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()
         cache.zero_()
