@@ -231,6 +231,24 @@ def test_deterministic_either_value():
         assert all(torch.equal(a, b) for a, b in zip(grads[0], other))
 
 
+def test_torch_compile_fullgraph():
+    """The dense functions trace without a graph break, as flash_attention does."""
+    torch._dynamo.reset()
+    torch.manual_seed(28)
+
+    def loss(qkv):  # (B, N, 3, H, D)
+        q, k, v = qkv.unbind(2)
+        return (flash_attn_func(q, k, v, 0.0, causal=True).float().square().mean()
+                + flash_attn_qkvpacked_func(qkv, causal=True).float().mean())
+
+    qkv = torch.randn(1, 40, 3, 2, 32, device=DEVICE, dtype=torch.float16, requires_grad=True)
+    compiled = torch.compile(loss, fullgraph=True, backend="inductor" if HAS_CUDA else "aot_eager")
+    grad_compiled = torch.autograd.grad(compiled(qkv), qkv)[0]
+    grad_eager = torch.autograd.grad(loss(qkv), qkv)[0]
+    torch.testing.assert_close(compiled(qkv), loss(qkv), rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(grad_compiled, grad_eager, rtol=1e-2, atol=1e-3)
+
+
 # --------------------------------------------------------------------------------------------
 # Varlen: three sequences of different lengths, each compared with the dense reference.
 # --------------------------------------------------------------------------------------------
