@@ -4,15 +4,24 @@
     o = flash_attention(q, k, v, causal=True)          # (B, H, N, D), like torch SDPA
     o, lse = flash_attention(q, k, v, return_lse=True)
 
+    from kernels import flash_attn_func                # flash-attn 2.8's API: (B, N, H, D)
+    o = flash_attn_func(q, k, v, 0.0, causal=True)      # dropout_p is the 4th argument, as there
+
 Layout: `_forward.py` and `_backward.py` hold the Triton kernels and their launchers,
-`attention.py` the checks, the torch.library ops and autograd, `tiles.py` the tile configs,
+`attention.py` the checks, the torch.library ops and autograd, `flash_attn_interface.py`
+flash-attn's six public functions (dense, packed, varlen) over them, `tiles.py` the tile configs,
 `reference.py` the float64 reference and standard attention. Nothing here knows about the
 experiments.
 """
 
-from kernels.attention import SUPPORTED_DTYPES, flash_attention, flash_attn_func
+from kernels.attention import SUPPORTED_DTYPES, flash_attention
+from kernels.flash_attn_interface import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
+                                          flash_attn_varlen_func, flash_attn_varlen_kvpacked_func,
+                                          flash_attn_varlen_qkvpacked_func)
 from kernels.reference import attention_reference, standard_attention
 from kernels.tiles import MAX_HEAD_DIM, TileConfig, TileFallbackWarning, default_tiles
 
-__all__ = ["flash_attention", "flash_attn_func", "attention_reference", "standard_attention", "TileConfig",
-           "TileFallbackWarning", "default_tiles", "SUPPORTED_DTYPES", "MAX_HEAD_DIM"]
+__all__ = ["flash_attention", "flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
+           "flash_attn_varlen_func", "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func",
+           "attention_reference", "standard_attention", "TileConfig", "TileFallbackWarning", "default_tiles",
+           "SUPPORTED_DTYPES", "MAX_HEAD_DIM"]

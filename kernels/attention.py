@@ -216,13 +216,3 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         bool(recompute), bool(deferred_rescale), bool(seq_parallel), bool(skip_masked_tiles), bool(atomic_dq))
     return (out, lse) if return_lse else out
 
-
-def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float | None = None,
-                    causal: bool = False) -> torch.Tensor:
-    """flash-attn's layout: q (B, Nq, H, D), k/v (B, Nk, Hkv, D) -> (B, Nq, H, D); no copies."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            raise ValueError(f"{name} must be a rank-4 tensor (batch, seqlen, heads, head_dim)")
-    out = flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                          causal=causal, softmax_scale=softmax_scale)
-    return out.transpose(1, 2)

@@ -198,12 +198,13 @@ def test_strided_inputs_need_no_copy(poisoned_allocations):
 
 
 def test_flash_attn_layout(poisoned_allocations):
-    """flash_attn_func on (B, N, H, D) equals flash_attention on the transposed view, bitwise."""
+    """flash_attn_func (flash-attn's API, dropout_p fourth) on (B, N, H, D) equals flash_attention
+    on the transposed view, bitwise. tests/test_flash_attn_api.py covers the rest of that API."""
     torch.manual_seed(4)
     q = torch.randn(2, 45, 4, 32, device=DEVICE, dtype=torch.bfloat16)
     k = torch.randn(2, 60, 2, 32, device=DEVICE, dtype=torch.bfloat16)
     v = torch.randn(2, 60, 2, 32, device=DEVICE, dtype=torch.bfloat16)
-    out = flash_attn_func(q, k, v, causal=True)
+    out = flash_attn_func(q, k, v, 0.0, causal=True)
     assert out.shape == q.shape and out.is_contiguous()
     expected = flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)
     assert torch.equal(out, expected.transpose(1, 2))
