@@ -3,8 +3,11 @@
 A metric is a function registered in METRICS: it takes the results frames (and the hardware data) plus
 the claim's `args` and returns named values; the claim's `holds` and `partly` expressions are evaluated
 over those values by a small expression evaluator (comparisons, and/or/not, arithmetic, min/max/abs;
-an unknown value makes a comparison unknown instead of false). Verdicts: holds, partly, does not hold,
-no data. Nothing here is typed from the paper: the thresholds live in claims.yaml.
+an unknown value makes a comparison unknown instead of false). Verdicts: not comparable (a claim's
+`not_comparable` expression, evaluated first: the question cannot be asked of these results), holds,
+partly, does not hold, no data. Nothing here is typed from the paper: the thresholds live in claims.yaml.
+Timed values are cells (medians over repetitions) from analysis/cells.py, which also keeps host-bound
+and noisy cells out of every verdict.
 
     python -m analysis.claims RESULTS_DIR OUT_JSON OUT_CSV
 """
@@ -22,12 +25,15 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from analysis.load import SHAPE_COLUMNS, measured, read_results
-from analysis.peaks import datasheet_entry, matmul_ceiling, read_hardware
+from analysis.cells import (PAIR_KEYS, aggregate, describe_exclusions, eligible, exclusion_counts, matmul_ceiling,
+                            paired, read_settings, select)
+from analysis.load import attention_rows, measured, read_results
+from analysis.peaks import datasheet_entry, read_hardware
 
 CLAIMS_FILE = Path(__file__).with_name("claims.yaml")
 HOLDS, PARTLY, DOES_NOT_HOLD, NO_DATA = "holds", "partly", "does not hold", "no data"
-PAIR_KEYS = SHAPE_COLUMNS + ["mode"]
+NOT_COMPARABLE = "not comparable"
+VERDICTS = (HOLDS, PARTLY, DOES_NOT_HOLD, NOT_COMPARABLE, NO_DATA)
 ERROR_QUANTITIES = {"err_o": "O", "err_lse": "LSE", "err_dq": "dQ", "err_dk": "dK", "err_dv": "dV"}
 
 
@@ -93,24 +99,10 @@ def metric(function):
     return function
 
 
-def select(frame: pd.DataFrame, arm: dict) -> pd.DataFrame:
-    """Rows of `frame` whose columns equal the values in `arm` (e.g. {"provider": "standard"})."""
-    mask = np.ones(len(frame), dtype=bool)
-    for column, value in arm.items():
-        mask &= (frame[column] == value).fillna(False).to_numpy()
-    return frame[mask]
-
-
 def paired_ratio(frame: pd.DataFrame, baseline: dict, candidate: dict, value: str = "ms",
                  keys: list[str] = PAIR_KEYS) -> pd.DataFrame:
-    """Baseline over candidate `value`, one row per shape where both arms measured it (medians of repeats)."""
-    def arm_values(arm):
-        rows = measured(select(frame, arm)).dropna(subset=[value])
-        return rows.groupby(keys, dropna=False)[value].median()
-
-    pairs = pd.concat({"baseline": arm_values(baseline), "candidate": arm_values(candidate)}, axis=1).dropna()
-    pairs["ratio"] = pairs["baseline"] / pairs["candidate"]
-    return pairs.reset_index()
+    """Baseline over candidate cell medians of `value`, one row per shape where both arms have an eligible cell."""
+    return paired(frame, baseline, candidate, value, keys)[0]
 
 
 SHAPE_LABELS = {"seqlen_k": "seqlen", "head_dim": "head_dim", "causal": "causal"}
@@ -118,7 +110,7 @@ SHAPE_LABELS = {"seqlen_k": "seqlen", "head_dim": "head_dim", "causal": "causal"
 
 def summarise_ratios(pairs: pd.DataFrame, where: dict[str, str] = SHAPE_LABELS) -> dict:
     """n, min, median, max of pairs.ratio, the median at the longest sequence, and where the extremes are
-    (as min_at_<label>, max_at_<label> for each column: label in `where`)."""
+    (as min_at_<label>, max_at_<label> for each column: label in `where` that the pairs have)."""
     if pairs.empty:
         return {"n": 0, "min": None, "median": None, "max": None, "at_longest": None, "longest_seqlen": None,
                 "below_one": 0, **{f"{end}_at_{label}": None for end in ("min", "max") for label in where.values()}}
@@ -129,34 +121,104 @@ def summarise_ratios(pairs: pd.DataFrame, where: dict[str, str] = SHAPE_LABELS) 
                "below_one": int((pairs["ratio"] < 1).sum())}
     for end, position in (("min", pairs["ratio"].idxmin()), ("max", pairs["ratio"].idxmax())):
         for column, label in where.items():
-            item = pairs.loc[position, column]
+            item = pairs.loc[position, column] if column in pairs else None
             summary[f"{end}_at_{label}"] = item.item() if hasattr(item, "item") else item
     return summary
 
 
 def _status_counts(frame: pd.DataFrame, arm: dict) -> str:
-    counts = select(frame, arm)["status"].value_counts()
-    return ", ".join(f"{count} {status}" for status, count in counts.items()) or "no rows"
+    counts = select(attention_rows(frame), arm)["status"].value_counts()
+    return ", ".join(f"{count} {status} rows" for status, count in counts.items()) or "no rows"
+
+
+def _in(frame: pd.DataFrame, dtype: str | None = None, mode: str | None = None) -> pd.DataFrame:
+    """The attention rows of `frame` in `dtype` and `mode` (None: any)."""
+    frame = attention_rows(frame)
+    if dtype is not None:
+        frame = frame[frame["dtype"] == dtype]
+    return frame[frame["mode"] == mode] if mode is not None else frame
+
+
+def _compare(frame, baseline, candidate, value, keys, settings) -> dict:
+    """Ratios of one pair of arms, summarised, with the cells left out in words."""
+    pairs, excluded = paired(frame, baseline, candidate, value, keys)
+    summary = summarise_ratios(pairs)
+    summary.update(excluded=describe_exclusions(excluded, settings), **exclusion_counts(excluded))
+    return summary | {"pairs": pairs}
 
 
 @metric
-def speedup(frames, hardware, *, experiment, baseline, candidate, modes, value="ms"):
-    """How many times faster the candidate arm is than the baseline arm, in the first of `modes` with data."""
+def speedup(frames, hardware, *, experiment, baseline, candidate, modes, value="ms", dtype="fp16", pair_without=(),
+            also=None):
+    """How many times faster the candidate arm is than the baseline arm, in the first of `modes` with data.
+
+    Cells are paired on the shape and mode less the columns in `pair_without` (causal, to set a causal arm
+    against a non-causal one). `also` names further baselines compared with the same candidate in that mode,
+    reported as <name>_min, <name>_median, ... and <name>_on_shared (median over the main comparison's shapes).
+    """
+    settings = read_settings()
+    keys = [key for key in PAIR_KEYS if key not in pair_without]
     frame = frames[experiment]
     for mode in modes:
-        pairs = paired_ratio(frame[frame["mode"] == mode], baseline, candidate, value)
-        if not pairs.empty:
+        summary = _compare(_in(frame, dtype, mode), baseline, candidate, value, keys, settings)
+        if summary["n"]:
             break
-    summary = summarise_ratios(pairs)
-    failed = select(frame[frame["mode"] == mode], baseline)
+    pairs = summary.pop("pairs")
+    in_mode = _in(frame, dtype, mode)
+    failed = aggregate(select(in_mode, baseline), value)
     failed = failed[failed["status"] != "ok"]
-    ok_candidate = measured(select(frame[frame["mode"] == mode], candidate))
-    summary["baseline_failed"] = len(failed.merge(ok_candidate[PAIR_KEYS].drop_duplicates(), on=PAIR_KEYS))
+    ok_candidate = eligible(aggregate(select(in_mode, candidate), value))
+    summary["baseline_failed"] = len(failed.merge(ok_candidate[keys].drop_duplicates(), on=keys))
     summary["mode"] = mode
-    if pairs.empty:
-        summary["missing"] = (f"no shape in {experiment}.csv with both {baseline} ({_status_counts(frame, baseline)}) "
-                              f"and {candidate} ({_status_counts(frame, candidate)}) measured")
+    summary["baseline_rows"] = _status_counts(frame[frame["dtype"] == dtype], baseline)
+    for name, arm in (also or {}).items():
+        other = _compare(in_mode, arm, candidate, value, keys, settings)
+        shared = other["pairs"].merge(pairs[keys], on=keys) if not pairs.empty else other["pairs"].iloc[:0]
+        summary.update({f"{name}_{key}": item for key, item in other.items()
+                        if key in ("n", "min", "median", "max", "at_longest")})
+        summary[f"{name}_on_shared"] = float(shared["ratio"].median()) if not shared.empty else None
+    if not summary["n"]:
+        summary["missing"] = (f"no {dtype} shape in {experiment}.csv with eligible cells of both {baseline} "
+                              f"({_status_counts(frame, baseline)}) and {candidate} "
+                              f"({_status_counts(frame, candidate)})")
     return summary
+
+
+@metric
+def speedup_by_mode(frames, hardware, *, experiment, baseline, candidate, modes, dtype="fp16", arms=None,
+                    verdict_mode="fwd_bwd"):
+    """The speedup of candidate over baseline in each of `modes` separately, as <mode>_min, <mode>_median, ...;
+    n is the verdict mode's. `arms` ({variant: description}) are set against the candidate one at a time:
+    how much faster the candidate is than each, per mode, in words (`arms`)."""
+    settings = read_settings()
+    frame = frames[experiment]
+    values, left_out = {}, []
+    for mode in modes:
+        pairs, excluded = paired(_in(frame, dtype, mode), baseline, candidate)
+        left_out.append(excluded)
+        summary = summarise_ratios(pairs)
+        values.update({f"{mode}_{key}": item for key, item in summary.items()})
+    excluded = pd.concat(left_out, ignore_index=True)
+    values.update(n=values[f"{verdict_mode}_n"], excluded=describe_exclusions(excluded, settings),
+                  **exclusion_counts(excluded))
+    words = []
+    for variant, description in (arms or {}).items():
+        per_mode = []
+        for mode in modes:
+            pairs = paired_ratio(_in(frame, dtype, mode), {"variant": variant}, candidate)
+            if not pairs.empty:
+                per_mode.append(f"{MODE_WORDS[mode]} {pairs['ratio'].median():.2f}x")
+        if per_mode:
+            words.append(f"{description} ({variant}): " + ", ".join(per_mode))
+    values["arms"] = "; ".join(words) or "none measured"
+    if not values["n"]:
+        values["missing"] = (f"no {dtype} {verdict_mode} shape in {experiment}.csv with eligible cells of both "
+                             f"{baseline} ({_status_counts(frame, baseline)}) and {candidate} "
+                             f"({_status_counts(frame, candidate)})")
+    return values
+
+
+MODE_WORDS = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward+backward"}
 
 
 def _describe_shape(row) -> str:
@@ -164,60 +226,151 @@ def _describe_shape(row) -> str:
             f"{row['dtype']}")
 
 
+def _share(part, whole):
+    return part / whole if part is not None and whole else None
+
+
+def best_cell(frame: pd.DataFrame, provider: str, mode: str, dtype: str):
+    """The eligible cell of `provider` with the highest median TFLOP/s in `mode` and `dtype`, with the cells
+    left out (None when there is none)."""
+    cells = aggregate(select(_in(frame, dtype, mode), {"provider": provider}), "tflops")
+    ok = eligible(cells)
+    return (ok.loc[ok["tflops"].idxmax()] if not ok.empty else None), cells[cells["excluded"] != ""]
+
+
 @metric
-def peak_fraction(frames, hardware, *, mode, provider="ours"):
-    """Best TFLOP/s of `provider` in `mode` as a share of the datasheet peak and of the measured matmul ceiling."""
-    rows = measured(frames["speed"])
-    rows = rows[(rows["provider"] == provider) & (rows["mode"] == mode)].dropna(subset=["tflops"])
-    if rows.empty:
-        return {"n": 0, "best_tflops": None, "best_at": None, "datasheet_tflops": None, "ceiling_tflops": None,
-                "of_datasheet": None, "of_ceiling": None, "ceiling_of_datasheet": None,
-                "missing": f"no measured {provider} {mode} rows in speed.csv ({_status_counts(frames['speed'], {'provider': provider})})"}
-    best = rows.loc[rows["tflops"].idxmax()]
+def peak_fraction(frames, hardware, *, mode, dtype="fp16", provider="ours"):
+    """Best TFLOP/s of `provider` in `mode` as a share of the datasheet peak and of the matmul ceiling measured
+    interleaved with the same run (speed.csv's torch_matmul rows of `dtype`; ceiling.csv as a fallback)."""
+    best, excluded = best_cell(frames["speed"], provider, mode, dtype)
+    ceiling = matmul_ceiling(frames, "speed", dtype)
+    ceiling_tflops = ceiling["tflops"] if ceiling else None
+    values = {"n": 0 if best is None else 1, "excluded": describe_exclusions(excluded), "dtype": dtype,
+              "ceiling_tflops": ceiling_tflops, "ceiling_from": ceiling["experiment"] if ceiling else None,
+              **exclusion_counts(excluded)}
+    if best is None:
+        return values | {"best_tflops": None, "best_at": None, "datasheet_tflops": None, "of_datasheet": None,
+                         "of_ceiling": None, "ceiling_of_datasheet": None, "repetitions": 0,
+                         "missing": f"no eligible {provider} {dtype} {mode} cell in speed.csv "
+                                    f"({_status_counts(frames['speed'], {'provider': provider})})"}
     entry = datasheet_entry(best["gpu"], hardware)
     datasheet = float(entry["dense_fp16_tflops"]) if entry else None
-    ceiling = matmul_ceiling(frames["ceiling"], best["dtype"])
-    share = lambda part, whole: part / whole if part is not None and whole else None  # noqa: E731
-    return {"n": len(rows), "best_tflops": float(best["tflops"]), "best_at": _describe_shape(best),
-            "datasheet_tflops": datasheet, "ceiling_tflops": ceiling,
-            "of_datasheet": share(float(best["tflops"]), datasheet), "of_ceiling": share(float(best["tflops"]), ceiling),
-            "ceiling_of_datasheet": share(ceiling, datasheet)}
-
-
-def loglog_slope(rows: pd.DataFrame) -> float | None:
-    """Median over shapes of the slope of log(peak memory per batch*head) against log(sequence length)."""
-    slopes = []
-    for _, group in rows.groupby(["dtype", "head_dim", "causal"]):
-        if group["seqlen_k"].nunique() < 2:
-            continue
-        per_head = group["peak_mem_bytes"] / (group["batch"] * group["heads"]).astype(float)
-        slopes.append(np.polyfit(np.log(group["seqlen_k"].astype(float)), np.log(per_head), 1)[0])
-    return float(np.median(slopes)) if slopes else None
+    tflops = float(best["tflops"])
+    return values | {"best_tflops": tflops, "best_at": _describe_shape(best), "repetitions": int(best["repetitions"]),
+                     "datasheet_tflops": datasheet, "of_datasheet": _share(tflops, datasheet),
+                     "of_ceiling": _share(tflops, ceiling_tflops), "ceiling_of_datasheet": _share(ceiling_tflops, datasheet)}
 
 
 @metric
-def memory_scaling(frames, hardware, *, modes, provider="ours", baseline="standard", savings_at=(2048, 4096)):
-    """Growth exponent of peak memory with sequence length, and the saving against the baseline."""
-    frame = frames["seqlen"]
+def utilisation(frames, hardware, *, provider, modes, dtype="fp16"):
+    """The best TFLOP/s of `provider` in each of `modes` and its share of the datasheet peak, as
+    <mode>_tflops, <mode>_of_datasheet, <mode>_at; `hopper` says whether the GPU is a Hopper."""
+    values, left_out = {"n": 0, "gpu": None, "hopper": None, "datasheet_tflops": None}, []
     for mode in modes:
-        rows = measured(frame[(frame["mode"] == mode) & (frame["provider"] == provider)]).dropna(
-            subset=["peak_mem_bytes"])
-        if not rows.empty:
-            break
-    in_mode = frame[frame["mode"] == mode]
-    baseline_rows = measured(in_mode[in_mode["provider"] == baseline]).dropna(subset=["peak_mem_bytes"])
-    pairs = paired_ratio(in_mode, {"provider": baseline}, {"provider": provider}, "peak_mem_bytes")
-    out_of_memory = in_mode[(in_mode["provider"] == baseline) & (in_mode["status"] == "oom")]["seqlen_k"]
-    values = {"n": len(rows), "mode": mode, "slope": loglog_slope(rows), "baseline_slope": loglog_slope(baseline_rows),
-              "baseline_oom_from": int(out_of_memory.min()) if not out_of_memory.empty else "never"}
-    for seqlen in savings_at:
-        at = pairs[pairs["seqlen_k"] == seqlen]["ratio"]
-        values[f"saving_at_{seqlen // 1024}k"] = float(at.median()) if not at.empty else None
-    for column in ("batch", "heads", "head_dim"):
-        values[column] = "/".join(str(item) for item in sorted(rows[column].unique())) if not rows.empty else None
-    if rows.empty:
-        values["missing"] = f"no measured {provider} memory in seqlen.csv ({_status_counts(frame, {'provider': provider})})"
+        best, excluded = best_cell(frames["speed"], provider, mode, dtype)
+        left_out.append(excluded)
+        values.update({f"{mode}_tflops": None, f"{mode}_of_datasheet": None, f"{mode}_at": None})
+        if best is None:
+            continue
+        entry = datasheet_entry(best["gpu"], hardware)
+        datasheet = float(entry["dense_fp16_tflops"]) if entry else None
+        values.update({f"{mode}_tflops": float(best["tflops"]), f"{mode}_at": _describe_shape(best),
+                       f"{mode}_of_datasheet": _share(float(best["tflops"]), datasheet)},
+                      n=values["n"] + 1, gpu=best["gpu"], datasheet_tflops=datasheet,
+                      hopper=bool(entry and entry.get("architecture") == "hopper"))
+    excluded = pd.concat(left_out, ignore_index=True)
+    values.update(excluded=describe_exclusions(excluded), **exclusion_counts(excluded))
+    if not values["n"]:
+        values["missing"] = (f"no eligible {provider} {dtype} cell in speed.csv "
+                             f"({_status_counts(frames['speed'], {'provider': provider})})")
     return values
+
+
+def quadratic_fit(seqlens, values) -> tuple[float, float, float]:
+    """a, b, c of a + b·N + c·N² fitted by least squares on relative residuals (each point weighted by
+    1/value, so that short and long sequences count alike); N in units of the longest N."""
+    n = np.asarray(seqlens, dtype=float)
+    y = np.asarray(values, dtype=float)
+    scale = n.max()
+    x = n / scale
+    weights = 1 / y
+    design = np.stack([np.ones_like(x), x, x**2], axis=1) * weights[:, None]
+    a, b, c = np.linalg.lstsq(design, y * weights, rcond=None)[0]
+    return float(a), float(b / scale), float(c / scale**2)
+
+
+def quadratic_share(fit: tuple[float, float, float], seqlen: float) -> float:
+    """The share of the fitted value at `seqlen` that the N² term makes up (0 when c <= 0)."""
+    a, b, c = fit
+    total = a + b * seqlen + c * seqlen**2
+    return max(0.0, c * seqlen**2 / total) if total > 0 else None
+
+
+def memory_fits(frame: pd.DataFrame, value: str = "attn_mem_bytes") -> pd.DataFrame:
+    """One fit of a + b·N + c·N² per provider, shape (variant), pass and mask, over the cells' median `value`."""
+    cells = aggregate(_in(frame), value)
+    cells = cells[cells["status"] == "ok"].dropna(subset=[value])
+    fits = []
+    for (provider, variant, mode, causal), group in cells.groupby(["provider", "variant", "mode", "causal"]):
+        if group["seqlen_k"].nunique() < 3:
+            continue
+        fit = quadratic_fit(group["seqlen_k"], group[value])
+        longest = int(group["seqlen_k"].max())
+        fits.append({"provider": provider, "variant": variant, "mode": mode, "causal": int(causal), "value": value,
+                     "a": fit[0], "b": fit[1], "c": fit[2], "longest": longest, "points": len(group),
+                     "quadratic_share": quadratic_share(fit, longest)})
+    return pd.DataFrame(fits, columns=["provider", "variant", "mode", "causal", "value", "a", "b", "c", "longest",
+                                       "points", "quadratic_share"])
+
+
+def _shape_text(rows: pd.DataFrame) -> str:
+    if rows.empty:
+        return "not measured"
+    row = rows.iloc[0]
+    return f"batch {row['batch']}, {row['heads']} heads, head dim {row['head_dim']}, {row['dtype']}"
+
+
+@metric
+def memory_fit(frames, hardware, *, paper_shape, our_shape, mode, savings_at, provider="ours", baseline="standard"):
+    """Whether attention's own memory is linear in N (the N² term's share of a fitted a + b·N + c·N² at the
+    longest N, worst over ours' fits), and the saving against the baseline (baseline bytes / ours) in total
+    memory and in attention's own, on the paper's shape at `savings_at`, non-causal, in `mode`; and on our
+    shape at the longest N where the baseline ran."""
+    frame = frames["seqlen"]
+    fits = memory_fits(frame)
+    ours, theirs = fits[fits["provider"] == provider], fits[fits["provider"] == baseline]
+    values = {"n": len(ours), "fits": len(ours), "mode": mode,
+              "quadratic_share": float(ours["quadratic_share"].max()) if not ours.empty else None,
+              "baseline_quadratic_share": float(theirs["quadratic_share"].min()) if not theirs.empty else None}
+    total_fits = memory_fits(frame, "peak_mem_bytes")
+    total_ours = total_fits[total_fits["provider"] == provider]
+    values["quadratic_share_total"] = float(total_ours["quadratic_share"].max()) if not total_ours.empty else None
+    in_mode = _in(frame, mode=mode)
+    in_mode = in_mode[in_mode["causal"] == 0]
+    for shape, prefix in ((paper_shape, ""), (our_shape, "long_")):
+        rows = in_mode[in_mode["variant"] == shape]
+        values[f"{'paper' if not prefix else 'our'}_shape_text"] = _shape_text(rows) + f", {mode}, non-causal"
+        for column, name in (("peak_mem_bytes", "total"), ("attn_mem_bytes", "own")):
+            pairs = paired_ratio(rows, {"provider": baseline}, {"provider": provider}, column)
+            if prefix:
+                at = int(pairs["seqlen_k"].max()) if not pairs.empty else None
+                values["long_saving_at"] = at
+                values[f"long_saving_{name}"] = (float(pairs.loc[pairs["seqlen_k"] == at, "ratio"].iloc[0])
+                                                 if at else None)
+                continue
+            for seqlen in savings_at:
+                found = pairs[pairs["seqlen_k"] == seqlen]["ratio"]
+                values[f"saving_{name}_{seqlen // 1024}k"] = float(found.iloc[0]) if not found.empty else None
+        if prefix:
+            oom = rows[(rows["provider"] == baseline) & (rows["status"] == "oom")]["seqlen_k"]
+            values["long_baseline_oom_from"] = f"N = {int(oom.min())}" if not oom.empty else "never"
+    if ours.empty:
+        values["missing"] = (f"fewer than three measured {provider} lengths per shape in seqlen.csv "
+                             f"({_status_counts(frame, {'provider': provider})})")
+    return values
+
+
+HOST_WORDS = {"cuda": "the GPU", "cpu-interpreter": "the CPU, in Triton's interpreter (small shapes)"}
 
 
 @metric
@@ -227,8 +380,21 @@ def error_ratio(frames, hardware, *, baseline, candidate):
     long = frame.melt(id_vars=PAIR_KEYS + ["provider", "status"], value_vars=list(ERROR_QUANTITIES),
                       var_name="quantity", value_name="error")
     long["quantity"] = long["quantity"].map(ERROR_QUANTITIES)
-    pairs = paired_ratio(long, {"provider": candidate}, {"provider": baseline}, "error", PAIR_KEYS + ["quantity"])
+    keys = PAIR_KEYS + ["quantity"]
+    arms = {}
+    for name, provider in (("candidate", candidate), ("baseline", baseline)):
+        rows = measured(long[long["provider"] == provider]).dropna(subset=["error"])
+        arms[name] = rows.groupby(keys, dropna=False)["error"].median()
+    pairs = pd.concat(arms, axis=1).dropna()
+    pairs["ratio"] = pairs["candidate"] / pairs["baseline"]
+    pairs = pairs.reset_index()
     summary = summarise_ratios(pairs, where={"quantity": "quantity", "dtype": "dtype", "seqlen_k": "seqlen"})
+    ran = measured(frame[frame["provider"].isin([baseline, candidate])])
+    hosts = []
+    for (kind, gpu), _ in ran.groupby(["host_kind", "gpu"], dropna=False):
+        words = HOST_WORDS.get(kind, kind or "an unrecorded host")
+        hosts.append(f"{words} ({gpu})" if kind == "cuda" and gpu else words)
+    summary["hosts"] = " and ".join(hosts) or "no host"
     if pairs.empty:
         summary["missing"] = (f"no shape in accuracy.csv with errors of both {candidate} "
                               f"({_status_counts(frame, {'provider': candidate})}) and {baseline} "
@@ -238,12 +404,20 @@ def error_ratio(frames, hardware, *, baseline, candidate):
 
 # ---------------------------------------------------------------- verdicts
 
+def percent(share: float) -> str:
+    """A share as a percentage with one decimal, truncated rather than rounded: 0.7299 -> "72.9%", so that a
+    printed share never reaches a threshold its value misses."""
+    return f"{math.floor(share * 1000 + 1e-9) / 10:.1f}%"
+
+
 class _Template(string.Formatter):
-    """str.format that writes "n/a" for a value the metric could not compute."""
+    """str.format that writes "n/a" for a value the metric could not compute, and knows the format `pct`."""
 
     def format_field(self, value, format_spec):
         if value is None or (isinstance(value, float) and math.isnan(value)):
             return "n/a"
+        if format_spec == "pct":
+            return percent(value)
         if isinstance(value, str):
             return value
         return super().format_field(value, format_spec)
@@ -254,6 +428,8 @@ def fill(template: str, values: dict) -> str:
 
 
 def verdict_of(claim: dict, values: dict) -> str:
+    if claim.get("not_comparable") and evaluate_rule(claim["not_comparable"], values):
+        return NOT_COMPARABLE
     if not values["n"]:
         return NO_DATA
     holds = evaluate_rule(claim["holds"], values)
@@ -265,17 +441,26 @@ def verdict_of(claim: dict, values: dict) -> str:
     return NO_DATA if holds is None and partly is None else DOES_NOT_HOLD
 
 
+RECORD_KEYS = ("id", "title", "claim", "source", "paper_value", "metric", "figure")
+
+
 def evaluate_claims(frames: dict[str, pd.DataFrame], claims: list[dict], hardware: dict) -> list[dict]:
     """One record per claim: the claim's data, the metric's values, the verdict and the findings in words."""
     records = []
     for claim in claims:
         values = METRICS[claim["metric"]](frames, hardware, **claim.get("args", {}))
         verdict = verdict_of(claim, values)
-        finding = values["missing"] if verdict == NO_DATA and "missing" in values else fill(claim["finding"], values)
+        if verdict == NOT_COMPARABLE:
+            finding = fill(claim["not_comparable_finding"], values)
+        elif verdict == NO_DATA and "missing" in values:
+            finding = values["missing"]
+        else:
+            finding = fill(claim["finding"], values)
         context = fill(claim["context"], values) if verdict in (PARTLY, DOES_NOT_HOLD) else ""
-        record = {key: claim[key] for key in ("id", "title", "claim", "source", "paper_value", "metric", "figure")}
-        record.update(rule={"holds": claim["holds"], "partly": claim.get("partly", "")}, values=values,
-                      verdict=verdict, finding=finding, context=context)
+        note = fill(claim["note"], values) if claim.get("note") and verdict != NO_DATA else ""
+        record = {key: claim[key] for key in RECORD_KEYS}
+        record.update(rule={key: claim.get(key, "") for key in ("not_comparable", "holds", "partly")},
+                      values=values, verdict=verdict, finding=finding, note=note, context=context)
         records.append(record)
     return records
 

@@ -15,10 +15,12 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.catalog import FIGURES, caption, figure_paths
+from analysis.cells import aggregate, exclusion_counts, interleaved_ceiling, read_settings
 from analysis.claims import paired_ratio, to_json
 from analysis.figures import MODE_TITLES, PROVIDERS, VARIANTS
-from analysis.load import EXPERIMENTS, PROVENANCE_COLUMNS, measured, read_results
-from analysis.peaks import datasheet_entry, main_gpu, matmul_ceiling, paper_gpu_entry, read_hardware
+from analysis.load import (EXPERIMENTS, PROVENANCE_COLUMNS, TIMED_ABLATIONS, attention_rows, measured,
+                           read_results)
+from analysis.peaks import datasheet_entry, main_gpu, paper_gpu_entry, read_hardware
 
 ANALYSIS_PACKAGES = ("pandas", "matplotlib", "seaborn", "jinja2", "snakemake")
 
@@ -45,39 +47,178 @@ def provenance(frames: dict[str, pd.DataFrame]) -> list[dict]:
     return records
 
 
+VERSION_COLUMNS = ("driver", "cuda", "torch", "triton")
+
+
+def hosts(frames: dict[str, pd.DataFrame]) -> list[dict]:
+    """One record per host that produced rows (GPU run or CPU interpreter): its own software versions, commits,
+    dates and the files it measured. Versions of two hosts are never merged into one line."""
+    rows = pd.concat([frame.assign(file=name) for name, frame in frames.items() if len(frame)], ignore_index=True) \
+        if any(len(frame) for frame in frames.values()) else None
+    if rows is None:
+        return []
+    records = []
+    for (kind, gpu, source), group in rows.groupby(["host_kind", "gpu", "source"], dropna=False, sort=False):
+        records.append({
+            "kind": kind or "unrecorded", "gpu": gpu or "no GPU", "source": source,
+            "label": (f"{gpu} (GPU)" if kind == "cuda" else "CPU, Triton's interpreter" if kind == "cpu-interpreter"
+                      else kind or "unrecorded host"),
+            **{column: _values(group[column]) for column in VERSION_COLUMNS},
+            "commits": _values(group["commit"]), "commit_count": group["commit"].replace("", pd.NA).nunique(),
+            "first": group["timestamp"].min(), "last": group["timestamp"].max(),
+            "files": ", ".join(dict.fromkeys(group["file"])), "rows": len(group)})
+    return records
+
+
 def setup(frames: dict[str, pd.DataFrame], hardware: dict) -> dict:
     gpu = main_gpu(frames)
     entry = datasheet_entry(gpu, hardware)
-    ceiling = frames["ceiling"]
-    matmuls = measured(ceiling)[ceiling["provider"] == "torch_matmul"]
-    copies = measured(ceiling)[ceiling["provider"] == "torch_copy"]
+    copies = measured(frames["ceiling"])
+    copies = copies[copies["provider"] == "torch_copy"]
     sources = sorted({source for frame in frames.values() for source in frame["source"] if source})
+    ceilings = [found for name in TIMED_ABLATIONS if name in frames
+                for dtype in sorted(set(frames[name]["dtype"]) - {""})
+                if (found := interleaved_ceiling(frames[name], dtype))]
     return {
         "gpu": gpu or "unknown",
         "datasheet": entry,
         "paper_gpu": paper_gpu_entry(hardware),
-        "ceilings": [{"dtype": dtype, "tflops": matmul_ceiling(ceiling, dtype), "shape": _values(rows["note"])}
-                     for dtype, rows in matmuls.groupby("dtype")],
+        "ceilings": ceilings,
         "copies": [{"ms": row.ms, "note": row.note} for row in copies.itertuples()],
         "sources": sources,
         "archived": any(source.startswith("archive:") for source in sources),
         "host_kinds": sorted({kind for frame in frames.values() for kind in frame["host_kind"] if kind}),
-        "versions": {column: _values(pd.concat([frame[column] for frame in frames.values()]))
-                     for column in ("driver", "cuda", "torch", "triton", "commit")},
+        "hosts": hosts(frames),
         "analysis_versions": {package: version(package) for package in ANALYSIS_PACKAGES},
     }
 
 
+def method(frames: dict[str, pd.DataFrame]) -> dict:
+    """How the timed numbers were made, from the rows: repetitions per cell, exclusions, telemetry ranges."""
+    settings = read_settings()
+    per_experiment, counts = [], {"host_bound": 0, "noisy": 0, "cells": 0}
+    for name in TIMED_ABLATIONS:
+        frame = attention_rows(frames.get(name, pd.DataFrame()))
+        if frame.empty:
+            continue
+        cells = aggregate(frame, "ms", settings=settings)
+        ok = cells[cells["status"] == "ok"]
+        found = exclusion_counts(ok)
+        counts = {key: counts[key] + found.get(key, 0) for key in ("host_bound", "noisy")} | {
+            "cells": counts["cells"] + len(ok)}
+        per_experiment.append({"experiment": name, "cells": len(ok),
+                               "repetitions": _range(ok["repetitions"], "{:.0f}"), **found,
+                               "host_bound_seqlens": _values(ok[ok["excluded"] == "host-bound"]["seqlen_k"]
+                                                             .sort_values()),
+                               "spread_median": float(ok["spread"].median()) if len(ok) else None})
+    timed = pd.concat([attention_rows(frames[name]) for name in TIMED_ABLATIONS if name in frames])
+    timed = measured(timed)
+    sampled = timed[timed["telemetry_samples"].fillna(0) > 0]
+    telemetry = {"rows": len(sampled), "of": len(timed),
+                 "clock": _range(sampled["sm_clock_mhz"], "{:.0f}"), "power": _range(sampled["power_w"], "{:.0f}"),
+                 "temp": _range(sampled["temp_c"], "{:.0f}")}
+    return {"noisy_spread": settings["noisy_spread"], "experiments": per_experiment, "totals": counts,
+            "telemetry": telemetry}
+
+
+def method_text(setup_facts: dict, method_facts: dict) -> list[str]:
+    """The method section, item by item, in plain text (rendered by both report formats)."""
+    reps = ", ".join(f"{item['experiment']} {item['repetitions']}" for item in method_facts["experiments"]) or "none"
+    telemetry = method_facts["telemetry"]
+    ceilings = "; ".join(f"{c['experiment']} {c['dtype']} {c['tflops']:.0f} TFLOP/s (repetitions {c['min']:.0f}-"
+                         f"{c['max']:.0f})" for c in setup_facts["ceilings"]) or "none measured"
+    return [
+        "Repetitions: each timed ablation ran its whole grid several times, one repetition after the other, so the "
+        f"repetitions of a cell are minutes apart (repetitions per cell: {reps}). Every timed number in this report "
+        "is a cell's median over its repetitions; its spread is the repetitions' minimum to maximum (the error bars).",
+        "Timing within a repetition: triton.testing.do_bench after warm-up, the median over its calls, with the L2 "
+        "cache flushed between calls; the 20th and 80th percentiles are kept in the results.",
+        "Host-bound cells: beside that wall-clock median each row has the GPU-only time of one call (gpu_ms, every "
+        "launch queued behind a sleep kernel so host gaps cannot show). A row whose median exceeds its GPU time by "
+        "more than the measurement's margin is host-bound: it timed launch overhead, not the kernel. A cell with "
+        "any host-bound repetition decides no verdict.",
+        f"Noisy cells: a cell whose repetitions spread (max - min) over more than {method_facts['noisy_spread']:.0%} "
+        "of their median decides no verdict (the threshold is set once, in analysis/claims.yaml). Each claim says "
+        "how many cells it left out and why.",
+        f"Telemetry: SM clock, power and temperature sampled through NVML during each row's timing "
+        f"({telemetry['rows']} of {telemetry['of']} measured rows have samples).",
+        "Memory: attention's own footprint is the call's peak allocation net of everything the process held before "
+        "it (so workspaces kept alive by earlier calls do not count); the total adds the bytes of its inputs (q, k, "
+        "v and, with a backward, dO).",
+        f"Ceilings: each repetition of a timed ablation also timed an 8192-cube matmul before its attention cells; "
+        f"shares of the measured ceiling read the median of these interleaved matmuls of the same dtype ({ceilings}).",
+        "FLOP count (the paper's): forward 4 x batch x heads x seqlen_q x seqlen_k x head_dim, halved for causal "
+        "attention when seqlen_q = seqlen_k; backward 2.5 times the forward (five matmuls against two); forward + "
+        "backward 3.5 times. TFLOP/s is that count over the median time.",
+        "Accuracy: relative L2 error |x - ref| / |ref| against a float64 reference, one run per shape (errors do "
+        "not vary between runs).",
+    ]
+
+
+def threats_text(frames: dict[str, pd.DataFrame], setup_facts: dict, method_facts: dict) -> list[str]:
+    """Every caveat that remains, in plain text, computed from the rows where it can be."""
+    totals, telemetry = method_facts["totals"], method_facts["telemetry"]
+    gpus = [host for host in setup_facts["hosts"] if host["kind"] == "cuda"]
+    commits = sorted({commit for host in gpus for commit in host["commits"].split(", ") if commit != "-"})
+    host_bound = "; ".join(f"{item['experiment']} {item['host_bound']} (seqlen {item['host_bound_seqlens']})"
+                           for item in method_facts["experiments"] if item["host_bound"]) or "none"
+    noisy = "; ".join(f"{item['experiment']} {item['noisy']}" for item in method_facts["experiments"]
+                      if item["noisy"]) or "none"
+    spreads = [c for c in setup_facts["ceilings"] if c["dtype"] == "fp16"]
+    ceiling_range = (f"{min(c['min'] for c in spreads):.0f}-{max(c['max'] for c in spreads):.0f} TFLOP/s"
+                     if spreads else "not measured")
+    accuracy = frames["accuracy"]
+    items = [
+        f"One GPU ({setup_facts['gpu']}), one process per run: timings can differ on another card of the same "
+        "model, and cells were not run in fresh processes.",
+        f"Host-bound cells kept out of verdicts: {totals['host_bound']} of {totals['cells']} measured cells "
+        f"({host_bound}).",
+        f"Noisy cells kept out of verdicts: {totals['noisy']} ({noisy}).",
+        (f"Clock, power and temperature over the measured rows: SM clock {telemetry['clock']} MHz, power "
+         f"{telemetry['power']} W, temperature {telemetry['temp']} C; the fp16 matmul ceiling varied "
+         f"{ceiling_range} across repetitions." if telemetry["rows"] else
+         "No clock, power or temperature was recorded for these rows, so throttling cannot be ruled out."),
+        f"A different GPU from the paper's: {setup_facts['gpu']} against the {setup_facts['paper_gpu']['name']}; "
+        "shares of peak are compared across generations whose matmul units and memory differ.",
+        "The FlashAttention-1 arm is our Triton port of its algorithm, not the original CUDA FlashAttention; the "
+        "single-change arms are our FlashAttention-2 kernel with one change undone.",
+        "FlexAttention is compiled by torch.compile per shape; compilation is outside the timed calls, and it was "
+        "measured at a few sequence lengths only.",
+        "The peers (SDPA flash, cuDNN, memory-efficient, FlexAttention) are the builds that ship with PyTorch "
+        f"{', '.join(sorted({h['torch'] for h in gpus})) or '-'}, not the projects' own releases.",
+        "FlashAttention-1's memory figure was measured with dropout and a padding mask, which we do not run.",
+    ]
+    if (accuracy["host_kind"] == "cpu-interpreter").any():
+        items.append("Accuracy here was measured on the CPU by Triton's interpreter on small shapes, not on the GPU "
+                     "(the published report reads it from the GPU run).")
+    if len(commits) > 1:
+        items.append(f"The GPU rows come from {len(commits)} commits ({', '.join(commits)}), whose kernels may differ.")
+    if any(source == "synthetic" for source in setup_facts["sources"]):
+        items.insert(0, "These results are synthetic (analysis/synthetic.py): the report shows its layout, not "
+                        "measurements.")
+    return items
+
+
+def _range(column: pd.Series, fmt: str) -> str:
+    column = column.dropna()
+    if column.empty:
+        return "-"
+    low, high = fmt.format(column.min()), fmt.format(column.max())
+    return low if low == high else f"{low}-{high}"
+
+
 def speed_table(frames: dict[str, pd.DataFrame]) -> dict:
     """TFLOP/s per provider and pass at the longest sequence our kernel ran, largest head dim, non-causal."""
-    rows = measured(frames["speed"])
+    rows = attention_rows(measured(frames["speed"]))
+    rows = rows[rows["dtype"] == "fp16"] if (rows["dtype"] == "fp16").any() else rows
     ours = rows[(rows["provider"] == "ours") & (rows["causal"] == 0)]
     if ours.empty:
         return {"shape": None, "rows": []}
     head_dim = ours["head_dim"].max()
     seqlen = ours[ours["head_dim"] == head_dim]["seqlen_k"].max()
     at = rows[(rows["head_dim"] == head_dim) & (rows["seqlen_k"] == seqlen) & (rows["causal"] == 0)]
-    table = at.groupby(["provider", "mode"])["tflops"].median().unstack("mode")
+    cells = aggregate(at, "tflops")
+    table = cells[cells["status"] == "ok"].groupby(["provider", "mode"])["tflops"].median().unstack("mode")
     providers = [p for p in reversed(PROVIDERS) if p in table.index] + [p for p in table.index if p not in PROVIDERS]
     modes = [mode for mode in MODE_TITLES if mode in table.columns]
     return {"shape": {"head_dim": int(head_dim), "seqlen": int(seqlen), "dtype": _values(at["dtype"])},
@@ -100,11 +241,12 @@ def best_tiles(frames: dict[str, pd.DataFrame]) -> list[dict]:
 
 
 def fa1_steps(frames: dict[str, pd.DataFrame]) -> list[dict]:
-    """Median speedup of each variant over the FA1-style kernel, per pass."""
-    frame = frames["fa1_vs_fa2"]
+    """Median speedup of each arm over our FlashAttention-1 port (variant fa1), per pass, fp16."""
+    frame = attention_rows(frames["fa1_vs_fa2"])
+    frame = frame[frame["dtype"] == "fp16"]
     steps = []
-    for variant in [v for v in VARIANTS if v in set(frame["variant"]) and v != "fa1_both"]:
-        pairs = paired_ratio(frame, {"variant": "fa1_both"}, {"variant": variant})
+    for variant in [v for v in VARIANTS if v in set(frame["variant"]) and v != "fa1"]:
+        pairs = paired_ratio(frame, {"variant": "fa1"}, {"variant": variant})
         by_mode = pairs.groupby("mode")["ratio"].agg(["median", "min", "max", "size"])
         steps += [{"variant": VARIANTS[variant][0], "mode": MODE_TITLES.get(mode, mode), "median": row["median"],
                    "min": row["min"], "max": row["max"], "shapes": int(row["size"])}
@@ -112,15 +254,27 @@ def fa1_steps(frames: dict[str, pd.DataFrame]) -> list[dict]:
     return steps
 
 
+NOTE_WIDTH = 120
+
+
 def failures(frames: dict[str, pd.DataFrame]) -> list[dict]:
-    """Rows that did not measure, grouped by experiment, provider, variant, status and note."""
+    """Cells that did not measure, grouped by what tells them apart (experiment, provider, variant, status and
+    the note as shown), with the passes, head dims and lengths each group covers and how many repetitions."""
     rows = pd.concat([frame[frame["status"] != "ok"] for frame in frames.values()])
     if rows.empty:
         return []
-    grouped = rows.groupby(["experiment", "provider", "variant", "status", "note"], dropna=False)
-    return [{"experiment": experiment, "provider": provider, "variant": variant, "status": status, "note": note,
-             "rows": len(group), "seqlens": _values(group["seqlen_k"].sort_values())}
-            for (experiment, provider, variant, status, note), group in grouped]
+    rows = rows.assign(shown=rows["note"].str.slice(0, NOTE_WIDTH))
+    grouped = rows.groupby(["experiment", "provider", "variant", "status", "shown"], dropna=False)
+    records = []
+    for (experiment, provider, variant, status, note), group in grouped:
+        cells = group.drop_duplicates([c for c in group.columns if c not in ("repetition", "timestamp")])
+        records.append({"experiment": experiment, "provider": provider, "variant": variant, "status": status,
+                        "note": note + ("..." if group["note"].str.len().max() > NOTE_WIDTH else ""),
+                        "cells": len(cells), "rows": len(group), "modes": _values(group["mode"]),
+                        "head_dims": _values(group["head_dim"].sort_values()),
+                        "causal": _values(group["causal"].sort_values()),
+                        "seqlens": _values(group["seqlen_k"].sort_values())})
+    return records
 
 
 def figures(figures_dir: str | Path) -> dict:
@@ -129,7 +283,10 @@ def figures(figures_dir: str | Path) -> dict:
 
 
 def collect(frames: dict[str, pd.DataFrame], hardware: dict, figures_dir: str | Path) -> dict:
-    return {"setup": setup(frames, hardware), "provenance": provenance(frames), "speed_table": speed_table(frames),
+    setup_facts, method_facts = setup(frames, hardware), method(frames)
+    return {"setup": setup_facts, "method": method_facts, "method_text": method_text(setup_facts, method_facts),
+            "threats": threats_text(frames, setup_facts, method_facts), "provenance": provenance(frames),
+            "speed_table": speed_table(frames),
             "best_tiles": best_tiles(frames), "fa1_steps": fa1_steps(frames), "failures": failures(frames),
             "figures": figures(figures_dir)}
 

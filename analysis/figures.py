@@ -2,7 +2,10 @@
 
 Every figure takes the results frames and returns a matplotlib Figure; the provider and variant
 palettes, orders and labels are fixed here so that a provider has the same colour in every figure.
-Rows whose status is not ok are shown (labelled bars, crosses, annotated cells), never dropped silently.
+Timed values are cells from analysis/cells.py: the median over repetitions, with error bars from the
+repetitions' min to max; host-bound cells are drawn hollow and noisy ones hatched (kept, but they decide
+no verdict). Rows whose status is not ok are shown (labelled bars, crosses, annotated cells), never
+dropped silently. Each caption (analysis/captions/) says which shapes a figure shows and how.
 
     python -m analysis.figures NAME RESULTS_DIR OUT_DIR
 """
@@ -21,9 +24,10 @@ import seaborn as sns  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
 from analysis.catalog import FIGURES, figure_paths  # noqa: E402
-from analysis.claims import ERROR_QUANTITIES, paired_ratio  # noqa: E402
-from analysis.load import measured, read_results  # noqa: E402
-from analysis.peaks import datasheet_entry, matmul_ceiling, read_hardware  # noqa: E402
+from analysis.cells import HOST_BOUND, NOISY, aggregate, matmul_ceiling, paired  # noqa: E402
+from analysis.claims import ERROR_QUANTITIES, memory_fits  # noqa: E402
+from analysis.load import attention_rows, measured, read_results  # noqa: E402
+from analysis.peaks import datasheet_entry, read_hardware  # noqa: E402
 
 GIB = 2**30
 _COLOURS = sns.color_palette("colorblind")
@@ -36,14 +40,19 @@ PROVIDERS = {
     "sdpa_cudnn": ("cuDNN (SDPA)", _COLOURS[2]),
     "ours": ("Ours (Triton)", _COLOURS[3]),
 }
+# fa1_vs_fa2 arms: the faithful FlashAttention-1 port is the baseline; the rest are FlashAttention-2
+# with one (or both) FlashAttention-1-style changes, then FlashAttention-2 itself
 VARIANTS = {
-    "fa1_both": ("FA1-style: rescale every step, no sequence parallelism", _COLOURS[7]),
-    "fa1_no_seqpar": ("+ deferred rescale", _COLOURS[9]),
-    "fa1_rescale": ("+ sequence parallelism", _COLOURS[0]),
-    "fa2": ("FlashAttention-2: both", _COLOURS[3]),
-    "atomic_dq": ("FlashAttention-2 with atomic dQ", _COLOURS[1]),
+    "fa1": ("FlashAttention-1 (our port of Algorithm 1)", _COLOURS[7]),
+    "fa1_both": ("FA2 with FA1's rescale and no sequence parallelism", _COLOURS[5]),
+    "fa1_no_seqpar": ("FA2 without sequence parallelism", _COLOURS[9]),
+    "fa1_rescale": ("FA2 rescaling every step", _COLOURS[0]),
+    "atomic_dq": ("FA2 with atomic dQ", _COLOURS[1]),
+    "fa2": ("FlashAttention-2", _COLOURS[3]),
 }
-RECOMPUTE_ARMS = {1: ("recompute (FlashAttention)", _COLOURS[3]), 0: ("store the attention matrix", _COLOURS[7])}
+RECOMPUTE_ARMS = {"recompute": ("recompute (FlashAttention)", _COLOURS[3]),
+                  "store_scores": ("store the attention matrix", _COLOURS[7])}
+MEMORY_SHAPES = {"fa1_readme": "FlashAttention-1's shape", "long_context": "our long-context shape"}
 MODE_TITLES = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward + backward"}
 STATUS_LABELS = {"oom": "OOM", "unsupported": "n/a", "error": "err"}
 
@@ -74,32 +83,54 @@ def _empty(message: str, size=(6, 2)):
 
 
 def _grouped_bars(axis, data: pd.DataFrame, x: str, hue: str, levels: dict, value: str, x_order, label_values=True):
-    """Bars of `value` at each x, one per hue level; rows with a failed status get a label instead of a bar."""
+    """Bars of `value` at each x, one per hue level, with error bars from `value`_min to `value`_max where the
+    data has them; host-bound cells hollow, noisy ones hatched; failed cells get a label instead of a bar."""
     hues = _known(levels, data[hue])
     width = 0.8 / max(len(hues), 1)
     for index, level in enumerate(hues):
         rows = data[data[hue] == level].set_index(x)
         label, colour = _look(levels, level)
-        positions = [i - 0.4 + width * (index + 0.5) for i, key in enumerate(x_order) if key in rows.index]
         keys = [key for key in x_order if key in rows.index]
-        heights = [rows.loc[key, value] if rows.loc[key, "status"] == "ok" else 0.0 for key in keys]
-        bars = axis.bar(positions, heights, width, color=colour, label=label)
-        texts = [f"{h:.0f}" if rows.loc[key, "status"] == "ok" else STATUS_LABELS[rows.loc[key, "status"]]
-                 for key, h in zip(keys, heights)]
-        if label_values or any(rows.loc[key, "status"] != "ok" for key in keys):
-            shown = [t if label_values or rows.loc[k, "status"] != "ok" else "" for k, t in zip(keys, texts)]
+        positions = [x_order.index(key) - 0.4 + width * (index + 0.5) for key in keys]
+        ok = [rows.loc[key, "status"] == "ok" for key in keys]
+        heights = [rows.loc[key, value] if good else 0.0 for key, good in zip(keys, ok)]
+        excluded = [rows.loc[key, "excluded"] if "excluded" in rows else "" for key in keys]
+        bars = axis.bar(positions, heights, width, color=colour, label=label, edgecolor=colour)
+        for bar, reason in zip(bars, excluded):
+            if reason == HOST_BOUND:
+                bar.set_facecolor("none")
+            elif reason == NOISY:
+                bar.set_hatch("////")
+                bar.set_facecolor(matplotlib.colors.to_rgba(colour, 0.35))
+        if f"{value}_min" in rows:
+            low = [h - rows.loc[k, f"{value}_min"] if good else 0 for k, h, good in zip(keys, heights, ok)]
+            high = [rows.loc[k, f"{value}_max"] - h if good else 0 for k, h, good in zip(keys, heights, ok)]
+            axis.errorbar(positions, heights, yerr=[np.nan_to_num(low), np.nan_to_num(high)], fmt="none",
+                          ecolor="0.2", elinewidth=0.6, capsize=1.2)
+        texts = [f"{h:.0f}" if good else STATUS_LABELS.get(rows.loc[key, "status"], "?")
+                 for key, h, good in zip(keys, heights, ok)]
+        if label_values or not all(ok):
+            shown = [t if label_values or not good else "" for good, t in zip(ok, texts)]
             axis.bar_label(bars, shown, rotation=90, fontsize=5, padding=1.5)
     axis.set_xticks(range(len(x_order)), [_label_seqlen(k) if isinstance(k, (int, np.integer)) else k
                                           for k in x_order])
 
 
 def _one_per_shape(frame: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
-    """One row per `keys`: the median of `value` over measured repeats, else the status of a failed row."""
-    ok = measured(frame).groupby(keys, dropna=False)[value].median().reset_index().assign(status="ok")
-    failed = frame[frame["status"] != "ok"].drop_duplicates(keys)[keys + ["status"]]
-    failed = failed.merge(ok[keys], on=keys, how="left", indicator=True)
-    failed = failed[failed["_merge"] == "left_only"].drop(columns="_merge")
-    return pd.concat([ok, failed], ignore_index=True)
+    """One row per `keys`: the cell's median `value` over its repetitions, min, max and exclusion (a cell
+    whose keys leave out a shape column would pool shapes: callers filter to one shape per key first)."""
+    cells = aggregate(attention_rows(frame), value)
+    pooled = cells.groupby(keys, dropna=False).size()
+    if (pooled > 1).any():
+        raise ValueError(f"several cells per {keys}: filter the rows to one shape per key first")
+    return cells
+
+
+def _legend_markers(figure, axes) -> None:
+    """Legend entries for how a bar is drawn when its cell decides no verdict."""
+    axis = np.ravel(axes)[0]
+    axis.bar([0], [0], color="none", edgecolor="0.3", label="host-bound (excluded)")
+    axis.bar([0], [0], color="0.85", edgecolor="0.3", hatch="////", label="noisy (excluded)")
 
 
 def _primary_dtype(frame: pd.DataFrame) -> str:
@@ -116,13 +147,15 @@ def _legend_below(figure, axes, ncol=6) -> None:
     for axis in np.ravel(axes):
         for handle, label in zip(*axis.get_legend_handles_labels()):
             handles.setdefault(label, handle)
+    if not handles:
+        return
     figure.legend(handles.values(), handles.keys(), loc="lower center", ncol=min(ncol, len(handles)),
                   frameon=False, bbox_to_anchor=(0.5, 0))
 
 
 def draw_speed(frames, mode: str):
-    frame = frames["speed"]
-    frame = frame[(frame["mode"] == mode) & frame["provider"].isin(PROVIDERS)]
+    frame = attention_rows(frames["speed"])
+    frame = frame[frame["mode"] == mode]
     if frame.empty:
         return _empty(f"no {MODE_TITLES[mode]} rows in speed.csv")
     dtype = _primary_dtype(frame)
@@ -142,45 +175,61 @@ def draw_speed(frames, mode: str):
         axis.margins(y=0.15)
     for axis in axes.flat[len(panels):]:
         axis.axis("off")
-    figure.suptitle(f"Attention {MODE_TITLES[mode]} speed ({dtype})")
-    _legend_below(figure, axes, ncol=3)
+    figure.suptitle(f"Attention {MODE_TITLES[mode]} speed ({dtype}; median of repetitions, bars min to max)")
+    _legend_markers(figure, axes)
+    _legend_below(figure, axes, ncol=4)
     figure.tight_layout(rect=(0, 0.08, 1, 1))
     return figure
 
 
 def draw_memory(frames):
-    frame = frames["seqlen"]
-    frame = frame[frame["mode"].isin(MODE_TITLES)]
+    frame = attention_rows(frames["seqlen"])
+    frame = frame[frame["mode"].isin(MODE_TITLES) & (frame["causal"] == 0)]
     if frame.empty:
-        return _empty("no rows in seqlen.csv")
+        return _empty("no non-causal rows in seqlen.csv")
     frame = frame[frame["dtype"] == _primary_dtype(frame)]
-    modes = [mode for mode in MODE_TITLES if mode in set(frame["mode"])]
-    figure, axes = plt.subplots(1, len(modes), figsize=(3.6 * len(modes), 3.2), squeeze=False)
-    for axis, mode in zip(axes.flat, modes):
-        rows = frame[frame["mode"] == mode]
-        shapes = _one_per_shape(rows, ["provider", "seqlen_k"], "peak_mem_bytes")
-        for provider in _known(PROVIDERS, shapes["provider"]):
-            label, colour = _look(PROVIDERS, provider)
-            ok = shapes[(shapes["provider"] == provider) & (shapes["status"] == "ok")].sort_values("seqlen_k")
-            axis.plot(ok["seqlen_k"], ok["peak_mem_bytes"] / GIB, "o-", color=colour, label=label)
-            out_of_memory = shapes[(shapes["provider"] == provider) & (shapes["status"] == "oom")]["seqlen_k"]
-            if not out_of_memory.empty:
-                axis.plot(out_of_memory, [1.0] * len(out_of_memory), "x", color=colour, markersize=9, mew=2,
-                          transform=axis.get_xaxis_transform(), clip_on=False, label=f"{label}: out of memory")
-                axis.axvline(out_of_memory.min(), color=colour, linestyle=":", linewidth=1)
-        axis.set_xscale("log", base=2)
-        if (shapes["status"] == "ok").any():
-            axis.set_yscale("log")
-        seqlens = sorted(shapes["seqlen_k"].unique())
-        axis.set_xticks(seqlens, [_label_seqlen(n) for n in seqlens])
-        axis.minorticks_off()
-        shape = rows.iloc[0]
-        axis.set_title(f"{MODE_TITLES[mode]}\nbatch {shape['batch']}, {shape['heads']} heads, "
-                       f"head dim {shape['head_dim']}", fontsize=8)
-        axis.set_xlabel("sequence length")
-        axis.set_ylabel("peak memory (GiB)")
-    _legend_below(figure, axes, ncol=2)
-    figure.tight_layout(rect=(0, 0.14, 1, 1))
+    shapes = [shape for shape in MEMORY_SHAPES if shape in set(frame["variant"])] + sorted(
+        set(frame["variant"]) - set(MEMORY_SHAPES))
+    quantities = {"attn_mem_bytes": "attention's own memory (GiB)", "peak_mem_bytes": "total, inputs included (GiB)"}
+    fits = pd.concat([memory_fits(frame, value) for value in quantities], ignore_index=True)
+    figure, axes = plt.subplots(len(quantities), len(shapes), figsize=(3.6 * len(shapes), 5.6), squeeze=False)
+    styles = {"fwd_bwd": ("-", "o"), "fwd": ("--", "s")}
+    for column, shape in enumerate(shapes):
+        rows = frame[frame["variant"] == shape]
+        for row_index, (value, ylabel) in enumerate(quantities.items()):
+            axis = axes[row_index, column]
+            cells = aggregate(rows, value)
+            for provider in _known(PROVIDERS, cells["provider"]):
+                label, colour = _look(PROVIDERS, provider)
+                for mode, (line, marker) in styles.items():
+                    mine = cells[(cells["provider"] == provider) & (cells["mode"] == mode)]
+                    ok = mine[mine["status"] == "ok"].sort_values("seqlen_k")
+                    axis.plot(ok["seqlen_k"], ok[value] / GIB, marker=marker, linestyle="none", color=colour,
+                              markersize=4, label=f"{label}, {MODE_TITLES[mode]}")
+                    fit = fits[(fits["provider"] == provider) & (fits["variant"] == shape) & (fits["mode"] == mode)
+                               & (fits["value"] == value) & (fits["causal"] == 0)]
+                    if not fit.empty and not ok.empty:
+                        grid = np.geomspace(ok["seqlen_k"].min(), ok["seqlen_k"].max(), 50)
+                        a, b, c = fit.iloc[0][["a", "b", "c"]]
+                        axis.plot(grid, (a + b * grid + c * grid**2) / GIB, linestyle=line, color=colour,
+                                  linewidth=1)
+                    oom = mine[mine["status"] == "oom"]["seqlen_k"]
+                    if not oom.empty:
+                        axis.plot(oom, [1.0] * len(oom), "x", color=colour, markersize=8, mew=2, clip_on=False,
+                                  transform=axis.get_xaxis_transform(), label=f"{label}: out of memory")
+            axis.set_xscale("log", base=2)
+            if (cells["status"] == "ok").any():
+                axis.set_yscale("log")
+            seqlens = sorted(rows["seqlen_k"].dropna().unique())
+            axis.set_xticks(seqlens, [_label_seqlen(n) for n in seqlens], fontsize=6)
+            axis.minorticks_off()
+            first = rows.iloc[0]
+            axis.set_title(f"{MEMORY_SHAPES.get(shape, shape)}: batch {first['batch']}, {first['heads']} heads, "
+                           f"d {first['head_dim']}", fontsize=7)
+            axis.set_xlabel("sequence length")
+            axis.set_ylabel(ylabel, fontsize=7)
+    _legend_below(figure, axes, ncol=3)
+    figure.tight_layout(rect=(0, 0.13, 1, 1))
     return figure
 
 
@@ -190,6 +239,8 @@ def draw_tiles(frames, mode: str):
     if frame.empty:
         return _empty(f"no {MODE_TITLES[mode]} rows in tiles.csv")
     frame = frame[frame["dtype"] == _primary_dtype(frame)]
+    if (frame["variant"] == "sweep").any():
+        frame = frame[frame["variant"] == "sweep"]  # the engine's default config is one of the sweep's
     keys = ["head_dim", "num_warps", "num_stages", "block_m", "block_n"]
     shapes = _one_per_shape(frame, keys, "tflops")
     panel_rows = sorted(shapes[["head_dim", "num_warps"]].drop_duplicates().itertuples(index=False))
@@ -227,22 +278,6 @@ def draw_tiles(frames, mode: str):
     return figure
 
 
-def _arm_lines(axis, data, arm_column, levels, value, scale=1.0, style_column=None):
-    styles = dict(zip(sorted(data[style_column].unique()), ["-", "--", ":", "-."])) if style_column else {}
-    for level in _known(levels, data[arm_column]):
-        label, colour = _look(levels, level)
-        for style_key, group in (data[data[arm_column] == level].groupby(style_column) if style_column
-                                 else [(None, data[data[arm_column] == level])]):
-            ok = group[group["status"] == "ok"].sort_values("seqlen_k")
-            name = f"{label}, {MODE_TITLES.get(style_key, style_key)}" if style_column else label
-            axis.plot(ok["seqlen_k"], ok[value] * scale, marker="o", linestyle=styles.get(style_key, "-"),
-                      color=colour, label=name)
-            failed = group[group["status"] != "ok"]
-            for row in failed.itertuples():
-                axis.annotate(STATUS_LABELS[row.status], (row.seqlen_k, 1.0), xycoords=("data", "axes fraction"),
-                              color=colour, fontsize=6, ha="center", va="bottom")
-
-
 def _seqlen_axis(axis, seqlens) -> None:
     axis.set_xscale("log", base=2)
     axis.set_xticks(seqlens, [_label_seqlen(n) for n in seqlens])
@@ -250,114 +285,145 @@ def _seqlen_axis(axis, seqlens) -> None:
     axis.set_xlabel("sequence length")
 
 
+def _line_with_bars(axis, cells, value, colour, label, linestyle="-", scale=1.0):
+    """A line through the cells' medians with min..max error bars; host-bound cells as hollow markers."""
+    ok = cells[cells["status"] == "ok"].sort_values("seqlen_k")
+    if ok.empty:
+        return
+    low, high = (ok[value] - ok[f"{value}_min"]) * scale, (ok[f"{value}_max"] - ok[value]) * scale
+    axis.errorbar(ok["seqlen_k"], ok[value] * scale, yerr=[low, high], color=colour, linestyle=linestyle,
+                  marker="o", markersize=4, capsize=2, label=label)
+    out = ok[ok["excluded"] != ""]
+    axis.plot(out["seqlen_k"], out[value] * scale, "o", markersize=6, markerfacecolor="white", color=colour)
+    for row in cells[cells["status"] != "ok"].itertuples():
+        axis.annotate(STATUS_LABELS.get(row.status, "?"), (row.seqlen_k, 1.0), xycoords=("data", "axes fraction"),
+                      color=colour, fontsize=6, ha="center", va="bottom")
+
+
 def draw_recompute(frames):
-    frame = frames["recompute"]
-    frame = frame[frame["mode"].isin(["bwd", "fwd_bwd"]) & frame["recompute"].notna()]
+    frame = attention_rows(frames["recompute"])
+    frame = frame[frame["mode"].isin(["bwd", "fwd_bwd"])]
     if frame.empty:
         return _empty("no backward rows in recompute.csv")
     frame = frame[frame["dtype"] == _primary_dtype(frame)]
-    keys = ["recompute", "mode", "seqlen_k"]
-    timing = _one_per_shape(frame, keys, "ms")
-    memory = _one_per_shape(frame, keys, "peak_mem_bytes")
     figure, axes = plt.subplots(1, 2, figsize=(7.2, 3.2))
-    _arm_lines(axes[0], timing, "recompute", RECOMPUTE_ARMS, "ms", style_column="mode")
-    _arm_lines(axes[1], memory, "recompute", RECOMPUTE_ARMS, "peak_mem_bytes", 1 / GIB, style_column="mode")
+    modes = {"bwd": "-", "fwd_bwd": "--"}
+    for variant in _known(RECOMPUTE_ARMS, frame["variant"]):
+        label, colour = _look(RECOMPUTE_ARMS, variant)
+        for mode, line in modes.items():
+            rows = frame[(frame["variant"] == variant) & (frame["mode"] == mode)]
+            name = f"{label}, {MODE_TITLES[mode]}"
+            _line_with_bars(axes[0], aggregate(rows, "ms"), "ms", colour, name, line)
+            _line_with_bars(axes[1], aggregate(rows, "attn_mem_bytes"), "attn_mem_bytes", colour, name, line,
+                            1 / GIB)
     seqlens = sorted(frame["seqlen_k"].unique())
-    for axis, ylabel, shapes in zip(axes, ("time (ms)", "peak memory (GiB)"), (timing, memory)):
+    for axis, ylabel in zip(axes, ("time (ms)", "attention's own memory (GiB)")):
         _seqlen_axis(axis, seqlens)
-        if (shapes["status"] == "ok").any():
+        if axis.has_data():
             axis.set_yscale("log")
         axis.set_ylabel(ylabel)
     shape = frame.iloc[0]
-    figure.suptitle(f"Backward pass: recompute or store (head dim {shape['head_dim']}, {shape['dtype']})")
+    figure.suptitle(f"Backward pass: recompute or store (head dim {shape['head_dim']}, non-causal, {shape['dtype']})")
     _legend_below(figure, axes, ncol=2)
     figure.tight_layout(rect=(0, 0.14, 1, 1))
     return figure
 
 
+def _ratio_line(axis, pairs, colour, label, linestyle="-"):
+    pairs = pairs.sort_values("seqlen_k")
+    axis.errorbar(pairs["seqlen_k"], pairs["ratio"], yerr=[pairs["ratio"] - pairs["ratio_lo"],
+                                                          pairs["ratio_hi"] - pairs["ratio"]],
+                  marker="o", markersize=4, capsize=2, linestyle=linestyle, color=colour, label=label)
+
+
 def draw_causal(frames):
-    frame = frames["causal"]
-    skip = {"variant": "skip_tiles"}
-    comparisons = {"mask_all_tiles": "-", "full": "--"}
-    pairs = []
-    for baseline in comparisons:
-        ratio = paired_ratio(frame, {"variant": baseline}, skip, keys=["dtype", "head_dim", "mode", "seqlen_k"])
-        pairs.append(ratio.assign(against=baseline))
-    pairs = pd.concat(pairs, ignore_index=True)
+    frame = attention_rows(frames["causal"])
+    frame = frame[frame["dtype"] == _primary_dtype(frame)] if not frame.empty else frame
+    keys = ["dtype", "batch", "heads", "kv_heads", "seqlen_q", "seqlen_k", "head_dim", "mode"]
+    comparisons = {"full": ("-", "against the same shape without a mask (the claim)"),
+                   "mask_all_tiles": (":", "against masking every tile (context)")}
+    pairs = pd.concat([paired(frame, {"variant": baseline}, {"variant": "skip_tiles"}, keys=keys)[0]
+                       .assign(against=baseline) for baseline in comparisons], ignore_index=True)
     if pairs.empty:
-        return _empty("no pairs of skip_tiles with mask_all_tiles or full rows in causal.csv")
-    pairs = pairs[pairs["dtype"] == _primary_dtype(pairs)]
+        return _empty("no pairs of skip_tiles with full or mask_all_tiles cells in causal.csv")
     head_dims = sorted(pairs["head_dim"].unique())
-    figure, axes = plt.subplots(1, len(head_dims), figsize=(3.6 * len(head_dims), 3.2), squeeze=False, sharey=True)
+    figure, axes = plt.subplots(1, len(head_dims), figsize=(3.6 * len(head_dims), 3.4), squeeze=False, sharey=True)
     mode_colours = dict(zip(MODE_TITLES, (_COLOURS[0], _COLOURS[1], _COLOURS[2])))
     for axis, head_dim in zip(axes.flat, head_dims):
         for (mode, against), group in pairs[pairs["head_dim"] == head_dim].groupby(["mode", "against"]):
-            group = group.sort_values("seqlen_k")
-            name = "every tile masked" if against == "mask_all_tiles" else "non-causal"
-            axis.plot(group["seqlen_k"], group["ratio"], marker="o", linestyle=comparisons[against],
-                      color=mode_colours.get(mode, "grey"), label=f"{MODE_TITLES.get(mode, mode)}, vs {name}")
+            line, words = comparisons[against]
+            _ratio_line(axis, group, mode_colours.get(mode, "grey"), f"{MODE_TITLES.get(mode, mode)}, {words}", line)
         axis.axhline(1, color="0.5", linewidth=0.8)
+        axis.axhline(2, color="0.7", linewidth=0.8, linestyle="--")
         _seqlen_axis(axis, sorted(pairs["seqlen_k"].unique()))
         axis.set_title(f"head dim {head_dim}")
-        axis.set_ylabel("speedup from skipping masked tiles")
-    _legend_below(figure, axes, ncol=3)
-    figure.tight_layout(rect=(0, 0.16, 1, 1))
+        axis.set_ylabel("speedup of causal with tile skipping")
+    _legend_below(figure, axes, ncol=2)
+    figure.tight_layout(rect=(0, 0.2, 1, 1))
     return figure
 
 
 def draw_fa1_to_fa2(frames):
-    frame = frames["fa1_vs_fa2"]
-    keys = ["dtype", "head_dim", "causal", "mode", "seqlen_k"]
-    ratios = [paired_ratio(frame, {"variant": "fa1_both"}, {"variant": variant}, keys=keys).assign(variant=variant)
-              for variant in _known(VARIANTS, frame["variant"])]
-    ratios = pd.concat(ratios, ignore_index=True) if ratios else pd.DataFrame()
-    if ratios.empty:
-        return _empty("no fa1_both rows to compare with in fa1_vs_fa2.csv")
-    ratios = ratios[ratios["dtype"] == _primary_dtype(ratios)]
-    # one bar per (variant, mode, seqlen): the median over head dims and masks
-    ratios = ratios.groupby(["variant", "mode", "seqlen_k"])["ratio"].median().reset_index().assign(status="ok")
+    frame = attention_rows(frames["fa1_vs_fa2"])
+    if frame.empty or "fa1" not in set(frame["variant"]):
+        return _empty("no fa1 rows to compare with in fa1_vs_fa2.csv")
+    frame = frame[frame["dtype"] == _primary_dtype(frame)]
+    # one shape family, so that each bar is one cell pair and its error bar the repetitions' spread
+    head_dim = int(frame["head_dim"].max())
+    frame = frame[(frame["head_dim"] == head_dim) & (frame["causal"] == 0)]
+    ratios = []
+    for variant in _known(VARIANTS, frame["variant"]):
+        if variant != "fa1":
+            pairs = paired(frame, {"variant": "fa1"}, {"variant": variant})[0]
+            ratios.append(pairs.assign(variant=variant, status="ok", excluded=""))
+    if not any(len(r) for r in ratios):
+        return _empty("no measured pairs with the fa1 arm in fa1_vs_fa2.csv")
+    ratios = pd.concat(ratios, ignore_index=True).rename(columns={"ratio_lo": "ratio_min", "ratio_hi": "ratio_max"})
     modes = [mode for mode in MODE_TITLES if mode in set(ratios["mode"])]
-    figure, axes = plt.subplots(len(modes), 1, figsize=(7.2, 2.3 * len(modes) + 0.6), squeeze=False, sharey=True)
+    figure, axes = plt.subplots(len(modes), 1, figsize=(7.2, 2.2 * len(modes) + 0.9), squeeze=False, sharey=True)
     seqlens = sorted(ratios["seqlen_k"].unique())
     for axis, mode in zip(axes.flat, modes):
         _grouped_bars(axis, ratios[ratios["mode"] == mode], "seqlen_k", "variant", VARIANTS, "ratio", seqlens,
                       label_values=False)
         axis.axhline(1, color="0.3", linewidth=0.8)
-        axis.set_title(MODE_TITLES[mode])
-        axis.set_ylabel("speedup over FA1-style")
+        axis.set_title(f"{MODE_TITLES[mode]} (head dim {head_dim}, non-causal, fp16)", fontsize=8)
+        axis.set_ylabel("speedup over FA1")
         axis.set_xlabel("sequence length")
     _legend_below(figure, axes, ncol=2)
-    figure.tight_layout(rect=(0, 0.1, 1, 1))
+    figure.tight_layout(rect=(0, 0.12, 1, 1))
     return figure
 
 
 def draw_peak_fraction(frames, hardware):
-    rows = measured(frames["speed"]).dropna(subset=["tflops"])
-    rows = rows[rows["mode"].isin(MODE_TITLES)]
+    rows = attention_rows(frames["speed"])
+    rows = measured(rows[rows["mode"].isin(MODE_TITLES)])
     if rows.empty:
         return _empty("no measured rows in speed.csv")
     dtype = _primary_dtype(rows)
     rows = rows[rows["dtype"] == dtype]
     entry = datasheet_entry(rows["gpu"].iloc[0], hardware)
-    ceiling = matmul_ceiling(frames["ceiling"], dtype)
+    ceiling = matmul_ceiling(frames, "speed", dtype)
     if entry is None:
         return _empty(f"no datasheet peak for GPU {rows['gpu'].iloc[0]!r} in analysis/hardware.yaml")
     datasheet = float(entry["dense_fp16_tflops"])
-    best = rows.groupby(["mode", "provider"])["tflops"].max().reset_index().assign(status="ok")
-    best["share"] = 100 * best["tflops"] / datasheet
+    cells = aggregate(rows, "tflops")
+    cells = cells[(cells["status"] == "ok") & (cells["excluded"] == "")]
+    best = cells.loc[cells.groupby(["mode", "provider"])["tflops"].idxmax()].copy()
+    for column in ("tflops", "tflops_min", "tflops_max"):
+        best[column.replace("tflops", "share")] = 100 * best[column] / datasheet
     modes = [mode for mode in MODE_TITLES if mode in set(best["mode"])]
     figure, axis = plt.subplots(figsize=(7.2, 3.4))
     _grouped_bars(axis, best, "mode", "provider", PROVIDERS, "share", modes, label_values=True)
     axis.set_xticks(range(len(modes)), [MODE_TITLES[m] for m in modes])
-    axis.set_ylabel(f"% of datasheet peak ({datasheet:.0f} TFLOP/s)")
+    axis.set_ylabel(f"% of datasheet peak ({datasheet:.1f} TFLOP/s)")
     axis.set_ylim(0, 100)
     if ceiling:
-        axis.axhline(100 * ceiling / datasheet, color="0.3", linestyle="--", linewidth=1)
+        axis.axhline(100 * ceiling["tflops"] / datasheet, color="0.3", linestyle="--", linewidth=1)
         right = axis.twinx()
-        right.set_ylim(0, 100 * datasheet / ceiling)
+        right.set_ylim(0, 100 * datasheet / ceiling["tflops"])
         right.grid(False)
-        right.set_ylabel(f"% of measured matmul ceiling ({ceiling:.0f} TFLOP/s)")
-    axis.set_title(f"Best TFLOP/s over the speed grid, {entry['name']}, {dtype}")
+        right.set_ylabel(f"% of interleaved matmul ceiling ({ceiling['tflops']:.0f} TFLOP/s)")
+    axis.set_title(f"Best cell over the speed grid, {entry['name']}, {dtype} (median of repetitions)")
     _legend_below(figure, [axis], ncol=3)
     figure.tight_layout(rect=(0, 0.12, 1, 1))
     return figure
@@ -365,6 +431,8 @@ def draw_peak_fraction(frames, hardware):
 
 def draw_accuracy(frames):
     frame = measured(frames["accuracy"])
+    hosts = ", ".join(sorted({"CPU interpreter" if kind == "cpu-interpreter" else (gpu or kind)
+                              for kind, gpu in zip(frame["host_kind"], frame["gpu"])}))
     long = frame.melt(id_vars=["provider", "dtype", "seqlen_k", "head_dim"], value_vars=list(ERROR_QUANTITIES),
                       var_name="quantity", value_name="error").dropna(subset=["error"])
     if long.empty:
@@ -378,7 +446,7 @@ def draw_accuracy(frames):
                       order=[q for q in ERROR_QUANTITIES.values() if q in set(long["quantity"])],
                       palette={p: _look(PROVIDERS, p)[1] for p in providers}, dodge=True, jitter=0.1, size=3.5,
                       log_scale=True, ax=axis, legend=False)
-        axis.set_title(dtype)
+        axis.set_title(f"{dtype} (measured on {hosts})", fontsize=8)
         axis.set_xlabel("")
         axis.set_ylabel("relative error vs float64")
     for provider in providers:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.schema import (ABLATIONS, COLUMNS, ERROR_COLUMNS, FLOAT_COLUMNS, INTEGER_COLUMNS, MODES,
-                                PROVENANCE_COLUMNS, SHAPE_COLUMNS, STATUSES, TILE_COLUMNS, TIMING_COLUMNS)
+from experiments.schema import (ABLATIONS, CEILING_PROVIDERS, CELL_KEYS, COLUMNS, ERROR_COLUMNS, FLOAT_COLUMNS,
+                                INTEGER_COLUMNS, MEMORY_COLUMNS, MODES, PROVENANCE_COLUMNS, SHAPE_COLUMNS, STATUSES,
+                                TELEMETRY_COLUMNS, TILE_COLUMNS, TIMED_ABLATIONS, TIMING_COLUMNS)
 
 EXPERIMENTS = ABLATIONS  # the analysis calls an ablation's results file an experiment
 
@@ -27,14 +28,19 @@ def results_path(results_dir: str | Path, experiment: str) -> Path:
 def read_experiment(path: str | Path) -> pd.DataFrame:
     """Read one results CSV, check its columns and values, and return it with typed columns.
 
-    Integer columns become pandas nullable integers (empty = <NA>), measurement columns floats,
-    the rest strings with empty cells as "".
+    The columns must be exactly experiments/schema.py's (a file of an older schema, or one with an
+    unknown column, is refused). Integer columns become pandas nullable integers (empty = <NA>),
+    measurement columns floats, the rest strings with empty cells as "". A timed row that measured
+    must say which repetition it is and whether it was host-bound.
     """
     path = Path(path)
     frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     missing = [column for column in COLUMNS if column not in frame.columns]
     if missing:
-        raise SchemaError(f"{path}: missing columns {missing}")
+        raise SchemaError(f"{path}: missing columns {missing} (written by an older schema? see experiments/schema.py)")
+    unknown = [column for column in frame.columns if column not in COLUMNS]
+    if unknown:
+        raise SchemaError(f"{path}: unknown columns {unknown}, not in experiments/schema.py")
     for column in INTEGER_COLUMNS:
         frame[column] = _to_number(frame[column], path, column).astype("Int64")
     for column in FLOAT_COLUMNS:
@@ -45,8 +51,15 @@ def read_experiment(path: str | Path) -> pd.DataFrame:
     bad_mode = sorted(set(frame["mode"]) - set(MODES))
     if bad_mode:
         raise SchemaError(f"{path}: column mode has values {bad_mode}, expected one of {sorted(MODES)}")
+    bad_flag = sorted(set(frame["host_bound"].dropna()) - {0, 1})
+    if bad_flag:
+        raise SchemaError(f"{path}: column host_bound has values {bad_flag}, expected 0 or 1")
+    timed = frame[frame["experiment"].isin(TIMED_ABLATIONS) & (frame["status"] == "ok")]
+    for column in ("repetition", "ms", "host_bound"):
+        if timed[column].isna().any():
+            raise SchemaError(f"{path}: {int(timed[column].isna().sum())} measured timed rows without {column}")
     frame["variant"] = frame["variant"].replace("", "default")
-    return frame
+    return frame[COLUMNS]
 
 
 def _to_number(column: pd.Series, path: Path, name: str) -> pd.Series:
@@ -65,3 +78,13 @@ def read_results(results_dir: str | Path, experiments=EXPERIMENTS) -> dict[str, 
 def measured(frame: pd.DataFrame) -> pd.DataFrame:
     """The rows whose measurement succeeded."""
     return frame[frame["status"] == "ok"]
+
+
+def attention_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows that time attention: without the matmul and copy ceilings measured beside them."""
+    return frame[~frame["provider"].isin(CEILING_PROVIDERS)]
+
+
+def ceiling_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The matmul and copy ceilings of a results file (interleaved with a timed ablation, or ceiling.csv)."""
+    return frame[frame["provider"].isin(CEILING_PROVIDERS)]

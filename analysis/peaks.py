@@ -1,7 +1,6 @@
-"""The two roofs that throughput is measured against: the datasheet peak and the measured matmul ceiling.
-
-The datasheet peak comes from hardware.yaml (matched on the results' `gpu` column); the ceiling is the
-best matmul TFLOP/s in results/ceiling.csv, measured in the same run as the attention numbers.
+"""The datasheet side of the roofs that throughput is measured against: hardware.yaml's peaks, matched on
+the results' `gpu` column. The measured matmul ceiling (interleaved with each timed ablation) is read by
+analysis/cells.py.
 """
 from __future__ import annotations
 
@@ -30,15 +29,6 @@ def datasheet_entry(gpu: str, hardware: dict) -> dict | None:
 
 def paper_gpu_entry(hardware: dict) -> dict:
     return next(entry for entry in hardware["gpus"] if entry["name"] == hardware["paper_gpu"])
-
-
-def matmul_ceiling(ceiling: pd.DataFrame, dtype: str | None = None) -> float | None:
-    """Best measured matmul TFLOP/s, for `dtype` when that dtype was measured, else over all dtypes."""
-    matmuls = measured(ceiling)
-    matmuls = matmuls[(matmuls["provider"] == "torch_matmul") & (matmuls["mode"] == "matmul")]
-    if dtype is not None and (matmuls["dtype"] == dtype).any():
-        matmuls = matmuls[matmuls["dtype"] == dtype]
-    return float(matmuls["tflops"].max()) if matmuls["tflops"].notna().any() else None
 
 
 def main_gpu(frames: dict[str, pd.DataFrame]) -> str:

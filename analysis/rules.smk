@@ -61,8 +61,11 @@ rule claims:
 
 rule facts:
     input:
+        ALL_FIGURES,  # facts.json names each figure's files
         results=ALL_RESULTS,
         hardware="analysis/hardware.yaml",
+        claims="analysis/claims.yaml",
+        captions=[str(caption_path(name)) for name in FIGURES],
     output:
         f"{BUILD_DIR}/facts.json",
     conda:
@@ -83,6 +86,7 @@ rule report:
         verdicts=rules.claims.output.verdicts,
         facts=rules.facts.output[0],
         templates=["paper/templates/report.md.j2", "paper/templates/report.tex.j2"],
+        renderer="paper/render.py",
         bibliography="paper/references.bib",
         citation="CITATION.cff",
     output:

@@ -1,168 +1,259 @@
-"""A small synthetic results set that follows the tidy schema, for tests and for previewing the report.
+"""A small synthetic results set in the schema of experiments/schema.py, for tests and for previewing the report.
 
-The numbers are shaped like an H200 run (the providers' TFLOP/s rise with sequence length towards a
-plateau, standard attention's memory grows with n^2 and runs out at the longest length) but they are
-made up: `source` says "synthetic" on every row so that nothing drawn from them can pass for a measurement.
+The numbers are shaped like an H200 run (TFLOP/s rise with sequence length towards a plateau, standard
+attention's own memory grows with n^2 and runs out at the longest lengths, every timed cell is measured
+in REPETITIONS repetitions with a little jitter, and each repetition of a timed ablation carries its own
+interleaved matmul ceiling) but they are made up: `source` says "synthetic" on every row so that nothing
+drawn from them can pass for a measurement. A few cells are made host-bound (short causal forwards) and
+one is made noisy, so that every exclusion path of the analysis has rows to act on.
 """
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pandas as pd
 
 from analysis.load import COLUMNS, results_path
+from experiments.flops import attention_flops
 
 GIB = 2**30
+REPETITIONS = 3
 SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
-HEAD_DIMS = (64, 128)
+HEAD_DIMS = (64, 128, 256)
+FLEX_SEQLENS = (2048, 8192)
 HIDDEN = 2048
 TOKENS = 16384
-MODE_FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd_bwd": 3.5}
-# plateau TFLOP/s per provider and mode (non-causal, d=128); causal and d=64 scale these down
+MODES = ("fwd", "bwd", "fwd_bwd")
+# plateau TFLOP/s per provider and mode (non-causal, d=128); causal and other head dims scale these
 PLATEAU = {
     "ours": {"fwd": 470.0, "bwd": 330.0, "fwd_bwd": 360.0},
-    "sdpa_flash": {"fwd": 330.0, "bwd": 305.0, "fwd_bwd": 312.0},
+    "sdpa_flash": {"fwd": 340.0, "bwd": 305.0, "fwd_bwd": 320.0},
     "sdpa_cudnn": {"fwd": 580.0, "bwd": 505.0, "fwd_bwd": 530.0},
     "sdpa_efficient": {"fwd": 176.0, "bwd": 140.0, "fwd_bwd": 150.0},
-    "flex": {"fwd": 450.0, "bwd": 360.0, "fwd_bwd": 400.0},
+    "flex": {"fwd": 420.0, "bwd": 300.0, "fwd_bwd": 330.0},
     "standard": {"fwd": 55.0, "bwd": 100.0, "fwd_bwd": 82.0},
 }
+CEILING_TFLOPS = 705.0
 PROVENANCE = {"gpu": "NVIDIA H200", "driver": "580.00", "cuda": "13.0", "torch": "2.11.0", "triton": "3.6.0",
               "commit": "0000000", "timestamp": "2026-01-01T00:00:00Z", "host_kind": "cuda", "source": "synthetic"}
+# the cell whose repetitions are made to disagree (speed.csv): provider, mode, head dim, causal, seqlen
+NOISY_CELL = ("sdpa_efficient", "fwd_bwd", 128, 0, 4096)
 
 
-def attention_flops(batch, heads, seqlen_q, seqlen_k, head_dim, causal, mode) -> float:
-    """The paper's count: forward 4*B*H*Nq*Nk*D, halved when causal, backward 2.5x, both 3.5x."""
-    flops = 4.0 * batch * heads * seqlen_q * seqlen_k * head_dim * MODE_FLOP_FACTOR[mode]
-    return flops / 2 if causal and seqlen_q == seqlen_k else flops
+def _jitter(*key) -> float:
+    """A deterministic factor within +-1.5%, different for each cell and repetition."""
+    return 1.0 + random.Random(repr(key)).uniform(-0.015, 0.015)
 
 
-def _row(experiment, provider, mode, *, seqlen, head_dim, causal=0, batch=None, heads=None, dtype="fp16",
-         variant="default", tflops=None, peak_mem_bytes=None, status="ok", note="", **extra) -> dict:
-    heads = heads or HIDDEN // head_dim
-    batch = batch or max(1, TOKENS // seqlen)
+def _row(experiment, provider, mode, *, seqlen=None, head_dim=None, causal=0, batch=None, heads=None,
+         dtype="fp16", variant="default", status="ok", note="", **extra) -> dict:
     row = dict.fromkeys(COLUMNS, "")
     row.update(PROVENANCE, experiment=experiment, provider=provider, variant=variant, mode=mode, dtype=dtype,
-               batch=batch, heads=heads, kv_heads=heads, seqlen_q=seqlen, seqlen_k=seqlen, head_dim=head_dim,
-               causal=causal, status=status, note=note)
-    if status == "ok":
-        if tflops is not None:
-            ms = attention_flops(batch, heads, seqlen, seqlen, head_dim, causal, mode) / (tflops * 1e9)
-            row.update(ms=ms, ms_p20=ms * 0.99, ms_p80=ms * 1.01, tflops=tflops)
-        if peak_mem_bytes is not None:
-            row["peak_mem_bytes"] = int(peak_mem_bytes)
+               status=status, note=note)
+    if seqlen is not None:
+        heads = heads or HIDDEN // head_dim
+        batch = batch or max(1, TOKENS // seqlen)
+        row.update(batch=batch, heads=heads, kv_heads=heads, seqlen_q=seqlen, seqlen_k=seqlen, head_dim=head_dim,
+                   causal=causal)
     row.update(extra)
     return row
 
 
+def _timing(row: dict, tflops: float, repetition: int, host_bound: bool = False) -> dict:
+    """Timing and telemetry columns of one repetition at `tflops` (jittered); host-bound rows wait on the host."""
+    flops = attention_flops(row["batch"], row["heads"], row["seqlen_q"], row["seqlen_k"], row["head_dim"],
+                            bool(row["causal"]), row["mode"])
+    key = (row["experiment"], row["provider"], row["variant"], row["mode"], row["head_dim"], row["causal"],
+           row["seqlen_k"], repetition)
+    gpu_ms = flops / (tflops * 1e9) * _jitter(*key)
+    ms = gpu_ms * (1.6 if host_bound else 1.01)
+    return dict(repetition=repetition, ms=ms, ms_p20=ms * 0.99, ms_p80=ms * 1.01, gpu_ms=gpu_ms,
+                host_ms=ms * (0.95 if host_bound else 0.05), host_bound=int(host_bound), tflops=flops / (ms * 1e9),
+                sm_clock_mhz=1980 - 15 * repetition, power_w=450 + 30 * _jitter(*key), temp_c=50 + 2 * repetition,
+                telemetry_samples=20)
+
+
+def _ceilings(experiment: str, dtypes=("fp16",)) -> list[dict]:
+    """The matmul ceiling measured interleaved with each repetition of a timed ablation."""
+    rows = []
+    for repetition in range(REPETITIONS):
+        for dtype in dtypes:
+            ms = 2 * 8192**3 / (CEILING_TFLOPS * 1e9) * _jitter(experiment, dtype, repetition)
+            rows.append(_row(experiment, "torch_matmul", "matmul", dtype=dtype, note="m=n=k=8192",
+                             repetition=repetition, ms=ms, ms_p20=ms * 0.99, ms_p80=ms * 1.01, gpu_ms=ms * 0.995,
+                             host_ms=0.01, host_bound=0, tflops=2 * 8192**3 / (ms * 1e9), sm_clock_mhz=1980,
+                             power_w=650, temp_c=55, telemetry_samples=20))
+    return rows
+
+
+def _repeated(experiment, provider, mode, tflops, *, host_bound=False, noisy=False, **shape) -> list[dict]:
+    rows = []
+    for repetition in range(REPETITIONS):
+        row = _row(experiment, provider, mode, **shape)
+        slow = 1.3 if noisy and repetition == REPETITIONS - 1 else 1.0
+        row.update(_timing(row, tflops / slow, repetition, host_bound))
+        rows.append(row)
+    return rows
+
+
+def _failed(experiment, provider, mode, status, note, **shape) -> list[dict]:
+    return [_row(experiment, provider, mode, status=status, note=note, repetition=repetition, **shape)
+            for repetition in range(REPETITIONS)]
+
+
 def _tflops(provider, mode, seqlen, head_dim, causal) -> float:
     ramp = seqlen / (seqlen + 600.0)
-    scale = (0.85 if head_dim == 64 else 1.0) * (0.8 if causal else 1.0)
+    scale = {64: 0.85, 128: 1.0, 256: 0.9}[head_dim] * (0.8 if causal else 1.0)
     if provider == "standard" and causal:
         scale *= 0.45  # computes the full matrix, credited with half the FLOPs
     return PLATEAU[provider][mode] * ramp * scale
 
 
-def _memory(provider, batch, heads, seqlen, head_dim) -> float:
-    linear = 4 * batch * heads * seqlen * head_dim * 2 * 2.5  # q, k, v, o and their gradients in fp16
-    if provider == "standard":
-        return linear + 3 * batch * heads * seqlen * seqlen * 2
-    return linear + batch * heads * seqlen * 4 * 2
+def _short_causal_forward(mode, seqlen, causal) -> bool:
+    """The cells the synthetic GPU waits on the host for: causal forwards at the shortest length."""
+    return mode == "fwd" and causal == 1 and seqlen == SEQLENS[0]
 
 
 def speed_rows() -> list[dict]:
-    rows = []
+    rows = _ceilings("speed")
     for provider in PLATEAU:
-        for mode in MODE_FLOP_FACTOR:
+        for mode in MODES:
             for head_dim in HEAD_DIMS:
                 for causal in (0, 1):
                     for seqlen in SEQLENS:
-                        if provider == "standard" and seqlen == SEQLENS[-1]:
-                            rows.append(_row("speed", provider, mode, seqlen=seqlen, head_dim=head_dim,
-                                             causal=causal, status="oom", note="CUDA out of memory"))
+                        shape = dict(seqlen=seqlen, head_dim=head_dim, causal=causal)
+                        if provider == "flex" and seqlen not in FLEX_SEQLENS:
                             continue
-                        rows.append(_row("speed", provider, mode, seqlen=seqlen, head_dim=head_dim, causal=causal,
-                                         tflops=_tflops(provider, mode, seqlen, head_dim, causal)))
+                        if provider == "standard" and seqlen == SEQLENS[-1]:
+                            rows += _failed("speed", provider, mode, "oom", "OutOfMemoryError: CUDA out of memory",
+                                            **shape)
+                            continue
+                        if provider == "sdpa_flash" and head_dim == 256 and mode != "fwd":
+                            rows += _failed("speed", provider, mode, "unsupported",
+                                            "No available kernel for head dim 256 backward", **shape)
+                            continue
+                        rows += _repeated("speed", provider, mode, _tflops(provider, mode, seqlen, head_dim, causal),
+                                          host_bound=_short_causal_forward(mode, seqlen, causal),
+                                          noisy=(provider, mode, head_dim, causal, seqlen) == NOISY_CELL, **shape)
     return rows
 
 
 def tiles_rows() -> list[dict]:
-    rows = []
+    rows = _ceilings("tiles")
     for mode in ("fwd", "bwd"):
-        for head_dim in HEAD_DIMS:
+        for head_dim in (64, 128):
             for num_warps in (4, 8):
                 for num_stages in (2, 3, 4):
                     for block_m in (64, 128):
                         for block_n in (32, 64, 128):
                             tiles = dict(block_m=block_m, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
                                          recompute=1)
+                            shape = dict(seqlen=8192, head_dim=head_dim, variant="sweep", **tiles)
                             if head_dim == 128 and block_m == 128 and block_n == 128 and num_stages == 4:
-                                rows.append(_row("tiles", "ours", mode, seqlen=8192, head_dim=head_dim,
-                                                 status="unsupported", note="out of shared memory", **tiles))
+                                rows += _failed("tiles", "ours", mode, "unsupported", "out of shared memory", **shape)
                                 continue
                             balance = 1.0 - 0.12 * abs(block_m / 128 - 1) - 0.15 * abs(block_n / 64 - 1)
                             balance *= 1.0 - 0.04 * abs(num_stages - 3) - (0.05 if num_warps == 4 else 0.0)
                             tflops = PLATEAU["ours"][mode] * balance * (0.85 if head_dim == 64 else 1.0)
-                            rows.append(_row("tiles", "ours", mode, seqlen=8192, head_dim=head_dim, tflops=tflops,
-                                             **tiles))
+                            rows += _repeated("tiles", "ours", mode, tflops, **shape)
     return rows
 
 
 def causal_rows() -> list[dict]:
-    rows = []
-    for mode in MODE_FLOP_FACTOR:
-        for head_dim in HEAD_DIMS:
-            for seqlen in SEQLENS:
+    rows = _ceilings("causal")
+    for mode in MODES:
+        for head_dim in (64, 128):
+            for seqlen in SEQLENS[1:]:
                 full = _tflops("ours", mode, seqlen, head_dim, 0)
-                speedup = 1.0 + 0.8 * seqlen / (seqlen + 1500.0)
-                for variant, causal, tflops in (("full", 0, full), ("mask_all_tiles", 1, full / 2),
+                speedup = 1.0 + 0.8 * seqlen / (seqlen + 1500.0)  # skipping against the same shape unmasked
+                # TFLOP/s are credited with half the FLOPs when causal: a causal run at `speedup` times the
+                # unmasked speed shows speedup/2 times its TFLOP/s
+                for variant, causal, tflops in (("full", 0, full), ("mask_all_tiles", 1, full / 2 * 0.9),
                                                 ("skip_tiles", 1, full / 2 * speedup)):
-                    rows.append(_row("causal", "ours", mode, seqlen=seqlen, head_dim=head_dim, causal=causal,
-                                     variant=variant, tflops=tflops, recompute=1))
+                    rows += _repeated("causal", "ours", mode, tflops, seqlen=seqlen, head_dim=head_dim, causal=causal,
+                                      variant=variant, recompute=1)
     return rows
 
 
+# The memory ablation's two shapes (variants): our long-context shape and FlashAttention-1's benchmark shape.
+MEMORY_SHAPES = {
+    "long_context": dict(batch=1, heads=16, head_dim=128, seqlens=(1024, 2048, 4096, 8192, 16384, 32768, 65536)),
+    "fa1_readme": dict(batch=8, heads=12, head_dim=64, seqlens=(128, 256, 512, 1024, 2048, 4096, 8192)),
+}
+
+
+def _memory(provider, mode, batch, heads, seqlen, head_dim) -> tuple[int, int]:
+    """(attention's own bytes, input bytes) in fp16: ours holds O, the log-sum-exp and, with a backward, the
+    gradients; standard attention also holds its score and probability matrices."""
+    tensor = batch * heads * seqlen * head_dim * 2
+    backward = mode != "fwd"
+    inputs = tensor * (4 if backward else 3)
+    own = tensor * (4 if backward else 1) + batch * heads * seqlen * 4 * (2 if backward else 1)
+    if provider == "standard":
+        own += batch * heads * seqlen * seqlen * 2 * (3 if backward else 2)
+    return int(own), int(inputs)
+
+
 def seqlen_rows() -> list[dict]:
-    rows = []
-    for provider in ("ours", "standard"):
-        for mode in ("fwd", "fwd_bwd"):
-            for seqlen in (*SEQLENS, 32768):
-                common = dict(seqlen=seqlen, head_dim=128, batch=4, heads=16)
-                memory = _memory(provider, 4, 16, seqlen, 128)
-                if memory > 120 * GIB:
-                    rows.append(_row("seqlen", provider, mode, status="oom", note="CUDA out of memory", **common))
-                    continue
-                rows.append(_row("seqlen", provider, mode, tflops=_tflops(provider, mode, seqlen, 128, 0),
-                                 peak_mem_bytes=memory, **common))
+    rows = _ceilings("seqlen")
+    for variant, shape in MEMORY_SHAPES.items():
+        batch, heads, head_dim = shape["batch"], shape["heads"], shape["head_dim"]
+        for provider in ("ours", "standard"):
+            for mode in ("fwd", "fwd_bwd"):
+                for causal in (0, 1):
+                    for seqlen in shape["seqlens"]:
+                        common = dict(seqlen=seqlen, head_dim=head_dim, batch=batch, heads=heads, causal=causal,
+                                      variant=variant)
+                        own, inputs = _memory(provider, mode, batch, heads, seqlen, head_dim)
+                        if own + inputs > 120 * GIB:
+                            rows += _failed("seqlen", provider, mode, "oom", "OutOfMemoryError: CUDA out of memory",
+                                            **common)
+                            continue
+                        for row in _repeated("seqlen", provider, mode, _tflops(provider, mode, seqlen, 128, causal),
+                                             **common):
+                            row.update(attn_mem_bytes=own, input_bytes=inputs, peak_mem_bytes=own + inputs)
+                            rows.append(row)
     return rows
 
 
 def recompute_rows() -> list[dict]:
-    rows = []
-    for mode in ("bwd", "fwd_bwd"):
-        for seqlen in SEQLENS:
+    rows = _ceilings("recompute")
+    for mode in MODES:
+        for seqlen in SEQLENS[1:]:
             batch = TOKENS // seqlen
-            for recompute, variant in ((1, "fa2"), (0, "store_scores")):
-                tflops = _tflops("ours", mode, seqlen, 128, 0) * (1.0 if recompute else 0.6)
-                memory = _memory("ours" if recompute else "standard", batch, 16, seqlen, 128)
-                rows.append(_row("recompute", "ours", mode, seqlen=seqlen, head_dim=128, variant=variant,
-                                 tflops=tflops, peak_mem_bytes=memory, recompute=recompute))
+            for recompute, variant in ((1, "recompute"), (0, "store_scores")):
+                slower = 1.0 if recompute or mode == "fwd" else 0.6
+                own, inputs = _memory("ours" if recompute else "standard", mode, batch, 16, seqlen, 128)
+                for row in _repeated("recompute", "ours", mode, _tflops("ours", mode, seqlen, 128, 0) * slower,
+                                     seqlen=seqlen, head_dim=128, variant=variant, recompute=recompute):
+                    row.update(attn_mem_bytes=own, input_bytes=inputs, peak_mem_bytes=own + inputs)
+                    rows.append(row)
     return rows
 
 
-FA1_VARIANT_SPEED = {"fa2": 1.0, "fa1_rescale": 0.8, "fa1_no_seqpar": 0.7, "fa1_both": 0.5, "atomic_dq": 0.95}
+# speed of each fa1_vs_fa2 arm relative to fa2, and the passes it runs (experiments/grid.py)
+FA1_ARMS = {
+    "fa2": (1.0, MODES),
+    "fa1": (0.48, MODES),
+    "fa1_rescale": (0.85, ("fwd", "fwd_bwd")),
+    "fa1_no_seqpar": (0.75, ("fwd", "fwd_bwd")),
+    "fa1_both": (0.65, ("fwd", "fwd_bwd")),
+    "atomic_dq": (0.95, ("bwd", "fwd_bwd")),
+}
 
 
 def fa1_vs_fa2_rows() -> list[dict]:
-    rows = []
-    for mode in MODE_FLOP_FACTOR:
-        for head_dim in HEAD_DIMS:
-            for seqlen in SEQLENS:
-                for variant, factor in FA1_VARIANT_SPEED.items():
-                    if variant == "atomic_dq" and mode == "fwd":
-                        continue
-                    rows.append(_row("fa1_vs_fa2", "ours", mode, seqlen=seqlen, head_dim=head_dim, variant=variant,
-                                     tflops=_tflops("ours", mode, seqlen, head_dim, 0) * factor, recompute=1))
+    rows = _ceilings("fa1_vs_fa2")
+    for variant, (factor, modes) in FA1_ARMS.items():
+        for mode in modes:
+            for head_dim in (64, 128):
+                for causal in (0, 1):
+                    for seqlen in SEQLENS:
+                        rows += _repeated("fa1_vs_fa2", "ours", mode,
+                                          _tflops("ours", mode, seqlen, head_dim, causal) * factor,
+                                          host_bound=_short_causal_forward(mode, seqlen, causal), seqlen=seqlen,
+                                          head_dim=head_dim, causal=causal, variant=variant, recompute=1)
     return rows
 
 
@@ -182,15 +273,11 @@ def accuracy_rows() -> list[dict]:
 
 
 def ceiling_rows() -> list[dict]:
-    rows = []
-    for dtype in ("fp16", "bf16"):
-        row = _row("ceiling", "torch_matmul", "matmul", seqlen=8192, head_dim=8192, batch=1, heads=1, dtype=dtype,
-                   note="8192x8192x8192", tflops=None)
-        row.update(ms=2 * 8192**3 / 677e12 * 1e3, tflops=677.0)
-        rows.append(row)
-    copy = _row("ceiling", "torch_copy", "copy", seqlen=1, head_dim=1, batch=1, heads=1, note="bytes=4294967296")
-    copy["ms"] = 2 * 2**32 / 4.3e12 * 1e3
-    rows.append(copy)
+    rows = _ceilings("ceiling", ("fp16", "bf16"))
+    for repetition in range(REPETITIONS):
+        ms = 2 * 2**30 / 4.3e12 * 1e3 * _jitter("copy", repetition)
+        rows.append(_row("ceiling", "torch_copy", "copy", note=f"bytes={2 * 2**30}", repetition=repetition, ms=ms,
+                         ms_p20=ms * 0.99, ms_p80=ms * 1.01, gpu_ms=ms, host_ms=0.01, host_bound=0))
     return rows
 
 

@@ -29,7 +29,7 @@ REPORTS = {"md": "report.md.j2", "tex": "report.tex.j2"}
 _TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
                 "<": r"\textless{}", ">": r"\textgreater{}", "\u2013": "--", "\u2014": "---", "\u2212": "-",
-                "\u00d7": r"$\times$", "\u2264": r"$\leq$", "\u2265": r"$\geq$", "\u2019": "'"}
+                "\u00d7": r"$\times$", "\u00b7": r"$\cdot$", "\u00b2": r"$^2$", "\u2264": r"$\leq$", "\u2265": r"$\geq$", "\u2019": "'"}
 _TEX_PATTERN = re.compile("|".join(re.escape(char) for char in _TEX_SPECIAL))
 
 
@@ -93,19 +93,34 @@ class FigureUses:
         return {"name": name, "number": self.shown.index(name) + 1, "first": first, **self.figures[name]}
 
 
+def _host_words(host: dict) -> str:
+    commits = host["commits"] if host["commits"] != "-" else "no commit recorded"
+    return f"{host['gpu']}, commit {commits}, measured {host['first'][:10]} to {host['last'][:10]}"
+
+
 def source_note(setup: dict) -> str:
-    """Where the numbers come from, in words, from the results' `source` column."""
+    """Where the numbers come from, in words: which host and run produced the performance numbers and which the
+    accuracy numbers, from the results' `source`, `host_kind` and provenance columns."""
     parts = []
-    for source in setup["sources"]:
-        if source.startswith("archive:"):
+    for host in setup["hosts"]:
+        source = host["source"]
+        what = "the accuracy numbers" if host["kind"] == "cpu-interpreter" else "the performance numbers" + (
+            " and the accuracy numbers" if "accuracy" in host["files"] else "")
+        if host["kind"] == "cpu-interpreter":
+            where = ("this host's CPU, in Triton's interpreter on small shapes" if source == "measured"
+                     else f"a CPU host's Triton interpreter ({source})")
+            parts.append(f"{what} come from {where}")
+        elif source.startswith("archive:"):
             slug = source.removeprefix("archive:")
-            parts.append(f"the archived {slug} run committed under results/archive/{slug}/ (not measured on the "
-                         "machine that built this report)")
+            parts.append(f"{what} come from the archived GPU run ({_host_words(host)}) committed under "
+                         f"results/archive/{slug}/, not measured on the machine that built this report")
         elif source == "measured":
-            parts.append("measurements taken by the pipeline run that built this report")
+            parts.append(f"{what} come from this pipeline run's own measurements ({_host_words(host)})")
         else:
-            parts.append(f"rows marked '{source}', which are not measurements: this report only shows the layout")
-    return "; ".join(parts) or "no results rows"
+            parts.append(f"{what} come from rows marked '{source}', which are not measurements: this report only "
+                         "shows the layout")
+    text = "; ".join(parts) or "there are no results rows"
+    return text[0].upper() + text[1:] + "."
 
 
 def environment(kind: str) -> jinja2.Environment:

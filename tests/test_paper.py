@@ -11,7 +11,8 @@ from analysis.catalog import FIGURES
 from paper.publish import publish
 from paper.render import BIBLIOGRAPHY, CITATION_FILE, citation_bibtex, read_bibliography, render, tex_escape
 
-SECTIONS = ["Summary", "Setup", "Claims", "Ablations", "Limitations", "How to reproduce", "How to cite"]
+SECTIONS = ["Summary", "Setup", "Method", "Claims", "Ablations", "Threats to validity", "How to reproduce",
+            "How to cite"]
 REQUIRED_REFERENCES = {"dao2022flashattention", "dao2023flashattention2", "shah2024flashattention3",
                        "tillet2019triton", "milakov2018online", "rabe2021self"}
 
@@ -40,6 +41,26 @@ def test_markdown_has_every_section_and_claim(report):
     for claim in claims.read_claims():
         assert claim["title"] in text
     assert "synthetic" in text  # says where the numbers come from
+    assert "host-bound" in text and "median over its repetitions" in text
+
+
+def test_versions_are_one_line_per_host(analysis_dir, tmp_path):
+    """A CPU interpreter's accuracy rows beside an archived GPU run: two software lines, and the intro sentence
+    says which numbers came from where."""
+    import json
+
+    copy = tmp_path / "analysis"
+    shutil.copytree(analysis_dir, copy)
+    data = json.loads((copy / "facts.json").read_text())
+    gpu = dict(data["setup"]["hosts"][0], source="archive:nvidia-h200", files="speed, ceiling")
+    cpu = dict(gpu, kind="cpu-interpreter", gpu="no GPU", label="CPU, Triton's interpreter", source="measured",
+               torch="2.11.0+cpu", files="accuracy")
+    data["setup"]["hosts"] = [gpu, cpu]
+    (copy / "facts.json").write_text(json.dumps(data))
+    text = render(copy, tmp_path / "paper", pdf=False)["md"].read_text()
+    assert text.count("**Software on") == 2 and "2.11.0+cpu" in text
+    intro = text.split("## Summary")[0]
+    assert "archived GPU run" in intro and "interpreter" in intro and gpu["commits"] in intro
 
 
 def test_latex_has_every_section_and_claim(report):
