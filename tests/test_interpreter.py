@@ -1,0 +1,44 @@
+"""The interpreter fixes in kernels/_interpreter.py: bf16 casts round as the GPU does, bf16 dots are exact.
+
+On a CUDA host the kernels are compiled and these check the GPU itself, which must agree too.
+"""
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import kernels  # noqa: F401  (installs the interpreter fixes where the interpreter is on)
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@triton.jit
+def _to_bf16(x_ptr, y_ptr, N: tl.constexpr):
+    offsets = tl.arange(0, N)
+    tl.store(y_ptr + offsets, tl.load(x_ptr + offsets).to(tl.bfloat16))
+
+
+@triton.jit
+def _bf16_dot(a_ptr, b_ptr, c_ptr, N: tl.constexpr):
+    rows, cols = tl.arange(0, N)[:, None], tl.arange(0, N)[None, :]
+    a = tl.load(a_ptr + rows * N + cols)
+    b = tl.load(b_ptr + rows * N + cols)
+    tl.store(c_ptr + rows * N + cols, tl.dot(a, b))
+
+
+def test_float32_to_bf16_rounds_to_nearest_even_like_torch():
+    x = torch.randn(1024, device=DEVICE, dtype=torch.float32)
+    x[:4] = torch.tensor([1.0 + 2**-8, 1.0 + 3 * 2**-8, -(1.0 + 2**-8 + 2**-20), float("nan")])  # ties and a NaN
+    y = torch.empty(1024, device=DEVICE, dtype=torch.bfloat16)
+    _to_bf16[(1,)](x, y, N=1024)
+    expected = x.to(torch.bfloat16)
+    assert torch.equal(y[3:4].isnan(), torch.tensor([True], device=DEVICE))
+    assert torch.equal(y[:3], expected[:3]) and torch.equal(y[4:], expected[4:])
+
+
+def test_bf16_dot_matches_float32_product_of_the_same_values():
+    a = torch.randn(32, 32, device=DEVICE).to(torch.bfloat16)
+    b = torch.randn(32, 32, device=DEVICE).to(torch.bfloat16)
+    c = torch.empty(32, 32, device=DEVICE, dtype=torch.float32)
+    _bf16_dot[(1,)](a, b, c, N=32)
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-5, atol=1e-5)
