@@ -5,9 +5,9 @@
     o, lse = flash_attention(q, k, v, return_lse=True)
 
 Layout: `_forward.py` and `_backward.py` hold the Triton kernels and their launchers,
-`attention.py` the checks, the torch.library ops and autograd, `tiles.py` the tile configs,
-`reference.py` the float64 reference and standard attention. Nothing here knows about the
-experiments.
+`_fa1.py` the FlashAttention-1 kernels behind `algorithm="fa1"`, `attention.py` the checks,
+the torch.library ops and autograd, `tiles.py` the tile configs, `reference.py` the float64
+reference and standard attention. Nothing here knows about the experiments.
 """
 
 from kernels.attention import SUPPORTED_DTYPES, flash_attention, flash_attn_func
