@@ -64,9 +64,10 @@ from kernels._forward import LOG2E, _load_tile
 from kernels.tiles import MAX_HEAD_DIM, TileConfig, launch_fitting, padded_head_dim
 
 # (block_m, block_n, num_warps, num_stages) per padded head dim. block_m is the streamed query
-# tile, block_n the resident key tile, in both passes. Not tuned: FA1 is the baseline arm. The
-# backward reuses the FA2 backward's shapes (same resident and streamed tiles, plus the dQ
-# tile); D=256 is sized so K_j, V_j (and dK_j, dV_j) leave room in shared memory and registers.
+# tile, block_n the resident key tile, in both passes. Not tuned by a sweep: 64 x 64 tiles with
+# two stages where they fit; at D=256 a smaller query tile, so that K_j, V_j (and dK_j, dV_j)
+# stay resident (the backward takes the FA2 backward's D=256 shape, whose resident and streamed
+# tiles are the same). A default that does not fit still steps down (`launch_fitting`).
 _DEFAULTS = {
     "fwd": {16: TileConfig(64, 64, 4, 2), 32: TileConfig(64, 64, 4, 2), 64: TileConfig(64, 64, 4, 2),
             128: TileConfig(64, 64, 4, 2), 256: TileConfig(32, 64, 4, 2)},
