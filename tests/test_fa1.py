@@ -10,10 +10,12 @@ several key and query blocks, with ragged edges or without.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
-from kernels import TileConfig, _backward, _fa1, _forward, attention_reference, flash_attention
+from kernels import TileConfig, TileFallbackWarning, _backward, _fa1, _forward, attention_reference, flash_attention
 from kernels._fa1 import fa1_default_tiles
 from kernels.tiles import padded_head_dim
 from test_kernels import (DEVICE, DTYPES, HAS_CUDA, assert_close_to_reference, check_against_reference,  # noqa: F401
@@ -183,3 +185,40 @@ def test_fa1_torch_compile_fullgraph(fa1_launches):
     eager.backward()
     torch.testing.assert_close(loss, eager, rtol=1e-3, atol=1e-4)
     torch.testing.assert_close(grad_compiled, x.grad, rtol=1e-2, atol=1e-3)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="the interpreter has no shared-memory limit")
+@pytest.mark.parametrize("head_dim", [16, 32, 64, 128, 256])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+def test_fa1_default_tiles_fit_the_gpu(head_dim, dtype):
+    """The FA1 defaults are meant to fit as they are: a step down (TileFallbackWarning) fails here."""
+    torch.manual_seed(15)
+    q, k, v = make_inputs(1, 2, 2, 256, 256, head_dim, dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TileFallbackWarning)
+        for causal in (False, True):
+            out = flash_attention(q, k, v, causal=causal, algorithm="fa1")
+            torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a GPU with > 30 GB")
+@pytest.mark.parametrize("layout", ["bhnd_many_heads", "bnhd_long_rows"])
+def test_fa1_tensors_over_2_31_elements(layout):
+    """64-bit offsets on the FA1 path: batch/head bases, row offsets and the float32 scratch."""
+    torch.manual_seed(9)
+    if layout == "bhnd_many_heads":
+        q = torch.randn(1 << 15, 1, 256, 256, device="cuda", dtype=torch.float16)  # 2^31 elements
+        k, v = torch.randn_like(q), torch.randn_like(q)
+        picks = [0, (1 << 15) - 1]
+        view = lambda t, i: t[i:i + 1]
+    else:
+        q = torch.randn(1, 2048, 4096, 256, device="cuda", dtype=torch.float16).transpose(1, 2)  # row stride 2^20
+        k, v = torch.randn_like(q), torch.randn_like(q)
+        picks = [0, 4095]
+        view = lambda t, i: t[:, i:i + 1]
+    assert q.numel() >= 2**31
+    out = flash_attention(q, k, v, causal=True, algorithm="fa1")
+    for i in picks:
+        ref = attention_reference(view(q, i), view(k, i), view(v, i), causal=True)[0]
+        low = attention_reference(view(q, i), view(k, i), view(v, i), causal=True, upcast=False)[0]
+        assert_close_to_reference(f"out[{i}]", view(out, i), low, ref)
