@@ -36,14 +36,16 @@ l_i and m_i to and from HBM (and dQ_i in the backward), Nk / BLOCK_N times over 
 row, where FA2 keeps them on chip; and the output is rescaled and normalised on every step
 instead of once at the end.
 
-Memory ordering: O, l, m (dQ in the backward) are written in one outer iteration and read
-back in the next by possibly different threads of the same program, so each outer iteration
-ends with `tl.debug_barrier()` (bar.sync, which also orders the CTA's global-memory accesses)
-after its stores; likewise before the forward's final read. Within one outer iteration the
-inner steps touch disjoint query rows, and each step's read of a row precedes its write
-through the data dependence. Triton software-pipelines only innermost loops, so no load of
-outer iteration j + 1 is issued before the barrier. In the interpreter programs run one at a
-time and in program order, and the barrier is a no-op.
+Memory ordering: O, l, m (dQ in the backward) are read and written by the threads of one
+program, and a row's l and m can be held, and read, by several warps at once. Two barriers
+(`tl.debug_barrier()`, a bar.sync, which also orders the CTA's global-memory accesses):
+one in every inner step between its reads and its writes, so no thread overwrites a row
+that another thread has yet to read; one at the end of every outer iteration, after its
+writes, so the next key block (and the forward's final loop) reads the values written here.
+Within one outer iteration the inner steps touch disjoint query rows. Triton
+software-pipelines only innermost loops, so no load of outer iteration j + 1 is issued before
+the second barrier. In the interpreter programs run one at a time and in program order, and
+the barrier is a no-op.
 
 Causal attention is aligned to the bottom-right corner (query i sees keys j <= i + Nk - Nq):
 (query block, key block) pairs wholly above the diagonal are skipped, pairs wholly below it
@@ -64,15 +66,15 @@ from kernels._forward import LOG2E, _load_tile
 from kernels.tiles import MAX_HEAD_DIM, TileConfig, launch_fitting, padded_head_dim
 
 # (block_m, block_n, num_warps, num_stages) per padded head dim. block_m is the streamed query
-# tile, block_n the resident key tile, in both passes. Not tuned by a sweep: 64 x 64 tiles with
-# two stages where they fit; at D=256 a smaller query tile, so that K_j, V_j (and dK_j, dV_j)
-# stay resident (the backward takes the FA2 backward's D=256 shape, whose resident and streamed
-# tiles are the same). A default that does not fit still steps down (`launch_fitting`).
+# tile, block_n the resident key tile, in both passes. Not timed: chosen by compiling for sm_90
+# (triton 3.6, ptxas -v, 2026-11) and taking, among 64 x 64 tiles and the halvings of one side,
+# those with the fewest register spills; all use under 120 KB of shared memory. A default that
+# does not fit still steps down (`launch_fitting`).
 _DEFAULTS = {
     "fwd": {16: TileConfig(64, 64, 4, 2), 32: TileConfig(64, 64, 4, 2), 64: TileConfig(64, 64, 4, 2),
-            128: TileConfig(64, 64, 4, 2), 256: TileConfig(32, 64, 4, 2)},
-    "bwd": {16: TileConfig(64, 64, 4, 2), 32: TileConfig(64, 64, 4, 2), 64: TileConfig(64, 64, 4, 2),
-            128: TileConfig(64, 64, 8, 2), 256: TileConfig(16, 64, 4, 2)},
+            128: TileConfig(64, 64, 8, 2), 256: TileConfig(32, 64, 8, 2)},
+    "bwd": {16: TileConfig(64, 64, 8, 2), 32: TileConfig(64, 64, 8, 2), 64: TileConfig(64, 64, 8, 2),
+            128: TileConfig(32, 64, 8, 2), 256: TileConfig(32, 32, 8, 2)},
 }
 
 
@@ -133,6 +135,9 @@ def _fa1_fwd_inner(k, v, Q, O, L, M, offs_n, offs_d, start, end, qk_scale, N_Q, 
         pv = tl.dot(p.to(v.dtype), v)
         o_i = (o_i * (l_i * alpha)[:, None] + pv * beta[:, None]) / l_new[:, None]
 
+        # Every thread has read this step's O, l, m rows before any thread overwrites them (a
+        # row's l, m can be held by several warps, each using its own copy).
+        tl.debug_barrier()
         if MASK:
             tl.store(o_ptrs, o_i, mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM))
             tl.store(L + offs_m, l_new, mask=offs_m < N_Q)
@@ -291,6 +296,7 @@ def _fa1_bwd_inner(dk, dv, k, v, Q, DO, DQAcc, Lse, Delta, offs_n, offs_d, start
         dq_ptrs = DQAcc + rows[:, None] * HEAD_DIM + offs_d[None, :]
         dq = _load_tile(dq_ptrs, offs_m, N_Q, offs_d, HEAD_DIM, MASK, not EVEN_D)
         dq += tl.dot(tl.trans(ds_t.to(k.dtype)), k) * sm_scale
+        tl.debug_barrier()  # every thread has read this step's dQ rows before any overwrites them
         if MASK:
             tl.store(dq_ptrs, dq, mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM))
         elif EVEN_D:
