@@ -1,8 +1,8 @@
 """The PyTorch-facing attention op: input checks, torch.library registration, autograd.
 
 `flash_attention(q, k, v, ...)` takes the (B, H, N, D) layout of
-`torch.nn.functional.scaled_dot_product_attention`; `flash_attn_func(q, k, v, ...)` takes the
-(B, N, H, D) layout of the flash-attn package and reaches the same kernels through strides.
+`torch.nn.functional.scaled_dot_product_attention`; flash-attn's API (`flash_attn_func` and the
+rest, (B, N, H, D) layout) is in `flash_attn_interface.py` and reaches the same op through strides.
 
 The forward and backward launches are registered as custom ops (`flash_attn_triton::fwd`,
 `flash_attn_triton::bwd`) with fake (meta) implementations, and a `torch.autograd.Function`
@@ -11,6 +11,9 @@ ties them together, so `torch.compile(..., fullgraph=True)` traces a model that 
 
 Every switch of the ablations is a keyword argument here (see `flash_attention`); none of them
 changes the result beyond rounding, except that `atomic_dq=True` gives up bitwise determinism.
+`algorithm="fa1"` swaps both passes for FlashAttention-1's own kernels (`_fa1.py`: one program
+per (batch, head), key blocks outside, query blocks inside, O, l, m and dQ through HBM every
+step); the other switches are ablations of the FA2 kernels and must keep their defaults with it.
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ import os
 import torch
 
 from kernels._backward import attention_backward
+from kernels._fa1 import fa1_backward, fa1_default_tiles, fa1_forward
 from kernels._forward import attention_forward
 from kernels.tiles import MAX_HEAD_DIM, TileConfig, default_tiles
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+ALGORITHMS = ("fa2", "fa1")
 
 
 def _interpreter_on() -> bool:
@@ -83,11 +88,20 @@ def _launch_device(t: torch.Tensor):
     return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
 
 
+def _check_algorithm(algorithm: str) -> None:
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}, got {algorithm!r}")
+
+
 @torch.library.custom_op("flash_attn_triton::fwd", mutates_args=())
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool,
             tiles: list[int], fit_tiles: bool, store_scores: bool, deferred_rescale: bool, seq_parallel: bool,
-            skip_masked_tiles: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            skip_masked_tiles: bool, algorithm: str = "fa2") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    _check_algorithm(algorithm)
     with _launch_device(q):
+        if algorithm == "fa1":
+            out, lse = fa1_forward(q, k, v, softmax_scale, causal, TileConfig(*tiles), fit_tiles=fit_tiles)
+            return out, lse, q.new_empty((0,), dtype=torch.float32)
         return attention_forward(q, k, v, softmax_scale, causal, TileConfig(*tiles), fit_tiles=fit_tiles,
                                  store_scores=store_scores, deferred_rescale=deferred_rescale,
                                  seq_parallel=seq_parallel, skip_masked_tiles=skip_masked_tiles)
@@ -95,9 +109,9 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: fl
 
 @_fwd_op.register_fake
 def _(q, k, v, softmax_scale, causal, tiles, fit_tiles, store_scores, deferred_rescale, seq_parallel,
-      skip_masked_tiles):
+      skip_masked_tiles, algorithm="fa2"):
     b, h, n_q, _ = q.shape
-    scores_shape = (b, h, n_q, k.shape[2]) if store_scores else (0,)
+    scores_shape = (b, h, n_q, k.shape[2]) if store_scores and algorithm == "fa2" else (0,)
     return (torch.empty_like(q), q.new_empty((b, h, n_q), dtype=torch.float32),
             q.new_empty(scores_shape, dtype=torch.float32))
 
@@ -105,9 +119,12 @@ def _(q, k, v, softmax_scale, causal, tiles, fit_tiles, store_scores, deferred_r
 @torch.library.custom_op("flash_attn_triton::bwd", mutates_args=())
 def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
             lse: torch.Tensor, scores: torch.Tensor, softmax_scale: float, causal: bool, tiles: list[int],
-            fit_tiles: bool, use_scores: bool, skip_masked_tiles: bool, atomic_dq: bool
+            fit_tiles: bool, use_scores: bool, skip_masked_tiles: bool, atomic_dq: bool, algorithm: str = "fa2"
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    _check_algorithm(algorithm)
     with _launch_device(q):
+        if algorithm == "fa1":
+            return fa1_backward(do, q, k, v, out, lse, softmax_scale, causal, TileConfig(*tiles), fit_tiles=fit_tiles)
         return attention_backward(do, q, k, v, out, lse, scores, softmax_scale, causal, TileConfig(*tiles),
                                   fit_tiles=fit_tiles, use_scores=use_scores, skip_masked_tiles=skip_masked_tiles,
                                   atomic_dq=atomic_dq)
@@ -115,7 +132,7 @@ def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 @_bwd_op.register_fake
 def _(do, q, k, v, out, lse, scores, softmax_scale, causal, tiles, fit_tiles, use_scores, skip_masked_tiles,
-      atomic_dq):
+      atomic_dq, algorithm="fa2"):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -128,10 +145,10 @@ class FlashAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, softmax_scale, causal, fwd_tiles, bwd_tiles, fit_tiles, recompute,
-                deferred_rescale, seq_parallel, skip_masked_tiles, atomic_dq):
+                deferred_rescale, seq_parallel, skip_masked_tiles, atomic_dq, algorithm):
         out, lse, scores = torch.ops.flash_attn_triton.fwd(
             q, k, v, softmax_scale, causal, fwd_tiles, fit_tiles[0], not recompute, deferred_rescale,
-            seq_parallel, skip_masked_tiles)
+            seq_parallel, skip_masked_tiles, algorithm)
         ctx.save_for_backward(q, k, v, out, lse, scores)
         ctx.softmax_scale = softmax_scale
         ctx.causal = causal
@@ -140,6 +157,7 @@ class FlashAttentionFunction(torch.autograd.Function):
         ctx.recompute = recompute
         ctx.skip_masked_tiles = skip_masked_tiles
         ctx.atomic_dq = atomic_dq
+        ctx.algorithm = algorithm
         ctx.mark_non_differentiable(lse)
         return out, lse
 
@@ -148,16 +166,16 @@ class FlashAttentionFunction(torch.autograd.Function):
         q, k, v, out, lse, scores = ctx.saved_tensors
         dq, dk, dv = torch.ops.flash_attn_triton.bwd(
             d_out, q, k, v, out, lse, scores, ctx.softmax_scale, ctx.causal, ctx.bwd_tiles,
-            ctx.fit_bwd_tiles, not ctx.recompute, ctx.skip_masked_tiles, ctx.atomic_dq)
-        return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
+            ctx.fit_bwd_tiles, not ctx.recompute, ctx.skip_masked_tiles, ctx.atomic_dq, ctx.algorithm)
+        return dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                     softmax_scale: float | None = None, return_lse: bool = False, *,
                     fwd_tiles: TileConfig | None = None, bwd_tiles: TileConfig | None = None,
                     recompute: bool = True, deferred_rescale: bool = True, seq_parallel: bool = True,
-                    skip_masked_tiles: bool = True, atomic_dq: bool = False):
-    """Exact attention softmax(q k^T * scale) v with FlashAttention-2 kernels.
+                    skip_masked_tiles: bool = True, atomic_dq: bool = False, algorithm: str = "fa2"):
+    """Exact attention softmax(q k^T * scale) v with FlashAttention-2 kernels (or FlashAttention-1's).
 
     Args:
         q: (B, H, Nq, D) float16 or bfloat16, any strides.
@@ -170,7 +188,15 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
             gradient (requires_grad=False): a loss that uses it gets none through it.
 
     Ablation switches (keyword-only; the defaults are FlashAttention-2):
-        fwd_tiles, bwd_tiles: a TileConfig overriding `default_tiles(D, "fwd" | "bwd")`. A default
+        algorithm: "fa2" (the default) or "fa1": both passes run FlashAttention-1's kernels
+            (Dao et al. 2022, Algorithms 1 and 4; see kernels/_fa1.py): one program per
+            (batch, head), key blocks in the outer loop, query blocks in the inner loop, O, l, m
+            (dQ in the backward) read from and written to HBM on every step, O rescaled and
+            normalised on every step. The switches below except the tiles are ablations of the
+            FA2 kernels: with "fa1" they must keep their defaults, or ValueError is raised.
+        fwd_tiles, bwd_tiles: a TileConfig overriding `default_tiles(D, "fwd" | "bwd")` (with
+            "fa1", `kernels._fa1.fa1_default_tiles`; block_m is the streamed query tile and
+            block_n the resident key tile in both of its passes). A default
             config that does not fit the GPU with the chosen switches steps down to a smaller
             one; an explicit config that does not fit raises triton's OutOfResources.
         recompute: False makes the forward store the scores (float32, Nq x Nk per head) and the
@@ -186,18 +212,35 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     Returns o (B, H, Nq, D), laid out like q where q is dense, or (o, lse) with return_lse.
     """
     check_inputs(q, k, v)
+    _check_algorithm(algorithm)
+    if algorithm == "fa1":
+        fa2_only = dict(recompute=True, deferred_rescale=True, seq_parallel=True, skip_masked_tiles=True,
+                        atomic_dq=False)
+        given = dict(recompute=recompute, deferred_rescale=deferred_rescale, seq_parallel=seq_parallel,
+                     skip_masked_tiles=skip_masked_tiles, atomic_dq=atomic_dq)
+        conflicts = [f"{name}={given[name]!r}" for name, default in fa2_only.items() if bool(given[name]) != default]
+        if conflicts:
+            raise ValueError(f"algorithm='fa1' cannot be combined with {', '.join(conflicts)}: "
+                             "those switches are ablations of the FlashAttention-2 kernels")
     head_dim = q.shape[-1]
     if softmax_scale is None:
         softmax_scale = 1.0 / math.sqrt(head_dim)
     elif not math.isfinite(softmax_scale):
         raise ValueError(f"softmax_scale must be finite, got {softmax_scale}")
+    if softmax_scale < 0:
+        # The kernels subtract the running max of the scaled scores, which they take as the max of
+        # the unscaled scores times the scale; a negative scale would turn that into the minimum
+        # (exp overflow, NaN). Scaling -q by |scale| gives the same scores, and the gradient flows
+        # back through the negation.
+        q, softmax_scale = q.neg(), -softmax_scale
     for name, tiles in (("fwd_tiles", fwd_tiles), ("bwd_tiles", bwd_tiles)):
         if tiles is not None and not isinstance(tiles, TileConfig):
             raise ValueError(f"{name} must be a kernels.TileConfig or None, got {type(tiles).__name__}")
     # Default configs may step down where a switch needs more on-chip memory; explicit ones may not.
     fit_tiles = (fwd_tiles is None, bwd_tiles is None)
-    fwd_tiles = fwd_tiles or default_tiles(head_dim, "fwd")
-    bwd_tiles = bwd_tiles or default_tiles(head_dim, "bwd")
+    choose_tiles = fa1_default_tiles if algorithm == "fa1" else default_tiles
+    fwd_tiles = fwd_tiles or choose_tiles(head_dim, "fwd")
+    bwd_tiles = bwd_tiles or choose_tiles(head_dim, "bwd")
 
     if q.numel() == 0:  # empty batch, heads or queries: nothing to launch
         out = torch.empty_like(q)
@@ -213,6 +256,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         v = v.view_as(v)
     out, lse = FlashAttentionFunction.apply(
         q, k, v, float(softmax_scale), bool(causal), _tile_list(fwd_tiles), _tile_list(bwd_tiles), fit_tiles,
-        bool(recompute), bool(deferred_rescale), bool(seq_parallel), bool(skip_masked_tiles), bool(atomic_dq))
+        bool(recompute), bool(deferred_rescale), bool(seq_parallel), bool(skip_masked_tiles), bool(atomic_dq),
+        algorithm)
     return (out, lse) if return_lse else out
 

@@ -179,6 +179,15 @@ def test_custom_softmax_scale(poisoned_allocations):
     check_against_reference(*make_inputs(1, 2, 2, 50, 61, 32, torch.float16), True, softmax_scale=0.37)
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_negative_softmax_scale_with_a_wide_score_range(causal, poisoned_allocations):
+    """A negative scale is valid input: the row max must be taken after scaling (it once gave NaN)."""
+    q, k, v = make_inputs(1, 2, 2, 64, 80, 32, torch.float16)
+    with torch.no_grad():
+        q.mul_(4), k.mul_(4)  # scores spread over hundreds: exp overflows if the max is the wrong one
+    check_against_reference(q, k, v, causal, softmax_scale=-0.5)
+
+
 def test_strided_inputs_need_no_copy(poisoned_allocations):
     """(B, N, H, D) tensors transposed, a sliced (non-dense) q, and an expanded gradient."""
     torch.manual_seed(3)
