@@ -49,13 +49,15 @@ def tile_columns(cell) -> dict:
     if cell.provider != "ours":
         return {}
     from kernels import default_tiles
+    from kernels._fa1 import fa1_default_tiles
 
     pass_ = "bwd" if cell.mode == "bwd" else "fwd"
     explicit = cell.bwd_tiles if pass_ == "bwd" else cell.fwd_tiles
     if explicit:
         tiles = dict(zip(("block_m", "block_n", "num_warps", "num_stages"), explicit))
     else:
-        tiles = dataclasses.asdict(default_tiles(cell.head_dim, pass_))
+        defaults = fa1_default_tiles if dict(cell.switches).get("algorithm") == "fa1" else default_tiles
+        tiles = dataclasses.asdict(defaults(cell.head_dim, pass_))
     return dict(tiles, recompute=int(dict(cell.switches).get("recompute", True)))
 
 
