@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One step of a full re-measurement on the lent H200, as run for the published archive.
-#   bash notes/h200_run.sh COMMIT STEP [SNAKEMAKE TARGETS...]
+#   [CORES=2 STEP_SECONDS=540] bash notes/h200_run.sh COMMIT STEP [SNAKEMAKE ARGS: targets, then --resources gpu=N]
 # COMMIT names the (clean, committed) tree the rows come from (provenance), STEP names the logs.
 # It installs the carried snakemake wheels, restores the results of an earlier step from
 # .devstate/results.tgz when this machine is fresh, runs snakemake on the targets within the
@@ -12,7 +12,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/
 export PYTHONPATH=$PWD/.site:$PWD PYTHONUNBUFFERED=1 EXPERIMENTS_COMMIT=$commit
 if [ ! -d results/.partial ] && [ -f .devstate/results.tgz ]; then tar xzf .devstate/results.tgz; fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv | tee "$OUT/$step-gpu.txt"
-timeout "${STEP_SECONDS:-540}" python3 -m snakemake --cores 1 "$@" 2>&1 | tee "$OUT/$step-snakemake.log" | grep -v '^\[.* [0-9]*/[0-9]*\]' | tail -40
+timeout "${STEP_SECONDS:-540}" python3 -m snakemake --cores "${CORES:-1}" "$@" 2>&1 | tee "$OUT/$step-snakemake.log" | grep -v '^\[.* [0-9]*/[0-9]*\]' | tail -40
 status=${PIPESTATUS[0]}
 tar czf "$OUT/results.tgz" results/*.csv results/logs results/.partial results/archive 2>/dev/null
 ls results/*.csv 2>/dev/null
