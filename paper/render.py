@@ -156,7 +156,8 @@ def number(value, digits: int = 0) -> str:
 class Flavour:
     """The helpers that templates/sections.j2 calls, for one output format. Subclasses say how each
     thing is written; every helper returns Markup (text already in the target format), every text
-    argument is a string (escaped by `text`) or a list of strings and helper outputs."""
+    argument is a string (escaped by `text`) or a list of strings and helper outputs. Helpers used as
+    {% call %} blocks (abstract, bullets, item, table) take the block's rendered text from `caller`."""
 
     def __init__(self, figures: dict, bibliography: list[dict]):
         self.figure_uses = FigureUses(figures)
@@ -174,6 +175,22 @@ class Flavour:
             return Markup("".join(self.text(piece) for piece in value))
         return Markup(self.escape(str(value)))
 
+    def bullets(self, items=(), caller=None) -> Markup:
+        """A list: of `items` (plain strings), or of the item() calls inside a {% call bullets() %} block."""
+        lines = [self._list_item(None, self.text(item)) for item in items] if caller is None else _lines(caller())
+        text = self._list(lines)
+        return Markup(text) if caller is None else _block(text)
+
+    def item(self, label=None, caller=None) -> Markup:
+        """One item of a {% call bullets() %} block, itself a {% call item() %} block; `label` leads it in."""
+        return _block(self._list_item(label, caller().strip()))
+
+    def _list(self, lines: list[str]) -> str:
+        raise NotImplementedError
+
+    def _list_item(self, label, body: str) -> str:
+        raise NotImplementedError
+
     def helpers(self) -> dict:
         names = ("title", "abstract", "heading", "appendix", "bold", "emph", "code", "link", "math", "cite",
                  "bullets", "item", "table", "row", "figure", "code_block", "references")
@@ -185,6 +202,7 @@ class Markdown(Flavour):
         return value
 
     def title(self, text, authors) -> Markup:
+        """The title as the first heading; the authors are in How to cite (CITATION.cff)."""
         return Markup(f"# {self.text(text)}")
 
     def abstract(self, caller) -> Markup:
@@ -215,15 +233,11 @@ class Markdown(Flavour):
     def cite(self, *keys) -> Markup:
         return Markup(", ".join(f"[[{self.reference_numbers[key]}]](#ref-{key})" for key in keys))
 
-    def bullets(self, items=(), caller=None) -> Markup:
-        """A bulleted list: of `items`, or of the item() calls inside a {% call bullets() %} block."""
-        if caller is None:
-            return Markup("\n".join(self.item(text=text) for text in items))
-        return _block("\n".join(_lines(caller())))
+    def _list(self, lines: list[str]) -> str:
+        return "\n".join(lines)
 
-    def item(self, label=None, caller=None, text=None) -> Markup:
-        line = "- " + (f"**{self.text(label)}**: " if label else "") + (self.text(text) if caller is None else caller().strip())
-        return Markup(line) if caller is None else _block(line)
+    def _list_item(self, label, body: str) -> str:
+        return "- " + (f"**{self.text(label)}**: " if label else "") + body
 
     def table(self, header: list, columns: str, caption=None, size: str = "small", long: bool = False,
               caller=None) -> Markup:
@@ -242,7 +256,7 @@ class Markdown(Flavour):
         figure = self.figure_uses.use(name)
         if not figure["first"]:
             return Markup(f"See Figure {figure['number']}.")
-        number, png, caption = figure["number"], figure["files"]["png"], figure["caption"]
+        number, png, caption = figure["number"], figure["files"]["png"], self.text(figure["caption"])
         return Markup(f"![Figure {number}: {caption}](figures/{png})\n\n"
                       f"*Figure {number} (`figures/{png}`): {caption}*")
 
@@ -274,6 +288,7 @@ class LaTeX(Flavour):
         return Markup(f"\\{self.SECTIONS[level]}{{{self.text(text)}}}")
 
     def appendix(self, title) -> Markup:
+        """`title` reads after 'Appendix: ' in Markdown; here it heads a lettered section, so it is capitalised."""
         title = self.text(title)
         return Markup(f"\\appendix\n\\section{{{title[:1].upper()}{title[1:]}}}")
 
@@ -295,16 +310,13 @@ class LaTeX(Flavour):
     def cite(self, *keys) -> Markup:
         return Markup(f"\\cite{{{','.join(keys)}}}")
 
-    def bullets(self, items=(), caller=None) -> Markup:
-        """Items with labels make a description list, others a bulleted one."""
-        lines = [self.item(text=text) for text in items] if caller is None else _lines(caller())
+    def _list(self, lines: list[str]) -> str:
+        """Items that all have labels make a description list, others a bulleted one."""
         environment = "description" if all(line.startswith("\\item[") for line in lines) else "itemize"
-        text = "\n".join([f"\\begin{{{environment}}}", *lines, f"\\end{{{environment}}}"])
-        return Markup(text) if caller is None else _block(text)
+        return "\n".join([f"\\begin{{{environment}}}", *lines, f"\\end{{{environment}}}"])
 
-    def item(self, label=None, caller=None, text=None) -> Markup:
-        line = (f"\\item[{self.text(label)}] " if label else "\\item ") + (self.text(text) if caller is None else caller().strip())
-        return Markup(line) if caller is None else _block(line)
+    def _list_item(self, label, body: str) -> str:
+        return (f"\\item[{self.text(label)}] " if label else "\\item ") + body
 
     def table(self, header: list, columns: str, caption=None, size: str = "small", long: bool = False,
               caller=None) -> Markup:
@@ -375,7 +387,7 @@ def _columns(spec: str) -> list[str]:
 
 def _latex_columns(spec: str) -> str:
     """A table's column spec for LaTeX: p{0.4} is 0.4 of the line width; no padding at the table's edges."""
-    return "@{}" + re.sub(r"p\{([0-9.]+)\}", r"p{\1\\linewidth}", spec) + "@{}"
+    return "@{}" + "".join(re.sub(r"p\{([0-9.]+)\}", r"p{\1\\linewidth}", column) for column in _columns(spec)) + "@{}"
 
 
 class _PrintLiteralText(jinja2.ext.Extension):
@@ -392,14 +404,20 @@ class _PrintLiteralText(jinja2.ext.Extension):
                 yield token
 
 
-def render_sections(flavour: Flavour, values: dict) -> str:
-    """templates/sections.j2 written in one format."""
+def content_environment(flavour: Flavour) -> jinja2.Environment:
+    """The jinja environment for templates/sections.j2 in one format: its helpers, the `num` filter, and every
+    printed string, literal text included, through the flavour's `text`."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES_DIR), undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True, extensions=[_PrintLiteralText],
                              finalize=flavour.text)
     env.filters["num"] = number
     env.globals.update(flavour.helpers())
-    return env.get_template(CONTENT).render(**values).strip()
+    return env
+
+
+def render_sections(flavour: Flavour, values: dict) -> str:
+    """templates/sections.j2 written in one format."""
+    return content_environment(flavour).get_template(CONTENT).render(**values).strip()
 
 
 def render_document(kind: str, body: str) -> str:
