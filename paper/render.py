@@ -53,7 +53,8 @@ SHELLS = {"md": "report.md.j2", "tex": "report.tex.j2"}  # the document around t
 
 _TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-                "<": r"\textless{}", ">": r"\textgreater{}", "\u2013": "--", "\u2014": "---", "\u2212": "-",
+                "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}",
+                "\u2013": "--", "\u2014": "---", "\u2212": "-",
                 "\u00d7": r"$\times$", "\u00b7": r"$\cdot$", "\u00b2": r"$^2$", "\u2264": r"$\leq$", "\u2265": r"$\geq$", "\u2019": "'"}
 _TEX_PATTERN = re.compile("|".join(re.escape(char) for char in _TEX_SPECIAL))
 

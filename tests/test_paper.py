@@ -122,7 +122,7 @@ def test_table_and_list_helpers():
                         "- **Paper**: one\n- **Ours**: two\n\n- x & y")
     latex = content_environment(LaTeX({}, [])).from_string(source).render()
     assert "\\begin{longtable}{@{}p{0.3\\linewidth}r@{}}\n\\caption{Some 50\\% values.}\\\\" in latex
-    assert "a|b & 1 \\\\\n\\texttt{c\\_d} & 2 \\\\" in latex
+    assert "a\\textbar{}b & 1 \\\\\n\\texttt{c\\_d} & 2 \\\\" in latex
     assert "\\begin{description}\n\\item[Paper] one\n\\item[Ours] two\n\\end{description}" in latex
     assert latex.endswith("\\begin{itemize}\n\\item x \\& y\n\\end{itemize}")
     with pytest.raises(ValueError, match="column spec"):
@@ -150,6 +150,7 @@ def test_render_fails_loudly_on_a_missing_figure(analysis_dir, tmp_path):
     ("50% of peak & more", r"50\% of peak \& more"),
     ("fa1_both #1 {x} $5 ~ ^", r"fa1\_both \#1 \{x\} \$5 \textasciitilde{} \textasciicircum{}"),
     ("min >= 3", r"min \textgreater{}= 3"),
+    ("a | b", r"a \textbar{} b"),
     ("C:\\path", r"C:\textbackslash{}path"),
 ])
 def test_tex_escape(text, expected):
