@@ -1,5 +1,6 @@
-"""Paper stage: the report renders every section from a small synthetic results set, every figure it
-references exists, LaTeX special characters are escaped, and the PDF builds where latexmk is installed."""
+"""Paper stage: the report renders every section from a small synthetic results set, both formats from one
+source of content, every figure it references exists, LaTeX special characters are escaped, and the PDF
+builds where latexmk is installed."""
 import re
 import shutil
 
@@ -9,7 +10,8 @@ import yaml
 from analysis import claims, facts, figures, synthetic
 from analysis.catalog import FIGURES
 from paper.publish import publish
-from paper.render import BIBLIOGRAPHY, CITATION_FILE, citation_bibtex, read_bibliography, render, tex_escape
+from paper.render import (BIBLIOGRAPHY, CITATION_FILE, LaTeX, Markdown, citation_bibtex, content_environment,
+                          read_bibliography, render, tex_escape)
 
 SECTIONS = ["Summary", "Setup", "Method", "Claims", "Ablations", "Threats to validity", "How to reproduce",
             "How to cite"]
@@ -72,6 +74,61 @@ def test_latex_has_every_section_and_claim(report):
         assert tex_escape(claim["title"]) in text
 
 
+def test_both_formats_have_the_same_sections_in_the_same_order(report):
+    """One source: every heading of report.md is a (sub)section of report.tex, in the same order."""
+    markdown = [(len(hashes), re.sub(r"^\d+\. ", "", title))
+                for hashes, title in re.findall(r"^(##+) (.+)$", report[1]["md"].read_text(), re.MULTILINE)
+                if title != "References"]  # LaTeX's \bibliography prints its own heading
+    latex = [(2 if kind == "section" else 3, title)
+             for kind, title in re.findall(r"^\\(section|subsection)\{(.+)\}$", report[1]["tex"].read_text(),
+                                           re.MULTILINE)]
+    assert [(level, tex_escape(title.replace("Appendix: provenance", "Provenance"))) for level, title in markdown] \
+        == latex
+    assert len(latex) > len(SECTIONS) + len(claims.read_claims())
+
+
+def test_neither_format_leaks_into_the_other(report):
+    markdown, latex = report[1]["md"].read_text(), report[1]["tex"].read_text()
+    assert not re.search(r"\\(textbf|emph|texttt|begin|item|cite)\b", markdown)
+    assert "**" not in latex and "](" not in latex and "`" not in latex and "\n## " not in latex
+
+
+@pytest.mark.parametrize("flavour, expected", [
+    (Markdown, "50% of `a_b` & x_y, **C:\\path** [[1]](#ref-k)"),
+    (LaTeX, r"50\% of \texttt{a\_b} \& x\_y, \textbf{C:\textbackslash{}path} \cite{k}"),
+])
+def test_prose_and_values_are_escaped_helper_output_is_not(flavour, expected):
+    """Literal text in the content template is escaped like printed values; what helpers return is kept."""
+    env = content_environment(flavour({}, [{"key": "k"}]))
+    text = env.from_string("50% of {{ code('a_b') }} & {{ value }}, {{ bold(['C:', path]) }} {{ cite('k') }}")
+    assert text.render(value="x_y", path="\\path") == expected
+
+
+def test_table_and_list_helpers():
+    source = """{% call table(["Name", "Value"], columns="p{0.3}r", caption="Some 50% values.", long=True) %}
+{{ row("a|b", 1) }}
+{{ row(code("c_d"), 2) }}
+{% endcall %}
+
+{% call bullets() %}
+{% call item("Paper") %}one{% endcall %}
+
+{% call item("Ours") %}two{% endcall %}
+{% endcall %}
+
+{{ bullets(["x & y"]) }}"""
+    markdown = content_environment(Markdown({}, [])).from_string(source).render()
+    assert markdown == ("Some 50% values:\n\n| Name | Value |\n|---|---:|\n| a\\|b | 1 |\n| `c_d` | 2 |\n\n"
+                        "- **Paper**: one\n- **Ours**: two\n\n- x & y")
+    latex = content_environment(LaTeX({}, [])).from_string(source).render()
+    assert "\\begin{longtable}{@{}p{0.3\\linewidth}r@{}}\n\\caption{Some 50\\% values.}\\\\" in latex
+    assert "a\\textbar{}b & 1 \\\\\n\\texttt{c\\_d} & 2 \\\\" in latex
+    assert "\\begin{description}\n\\item[Paper] one\n\\item[Ours] two\n\\end{description}" in latex
+    assert latex.endswith("\\begin{itemize}\n\\item x \\& y\n\\end{itemize}")
+    with pytest.raises(ValueError, match="column spec"):
+        content_environment(LaTeX({}, [])).from_string(source.replace("p{0.3}r", "p{3cm}r")).render()
+
+
 def test_every_referenced_figure_exists(report):
     out, written = report
     markdown = re.findall(r"\]\((figures/[^)]+)\)", written["md"].read_text())
@@ -93,6 +150,7 @@ def test_render_fails_loudly_on_a_missing_figure(analysis_dir, tmp_path):
     ("50% of peak & more", r"50\% of peak \& more"),
     ("fa1_both #1 {x} $5 ~ ^", r"fa1\_both \#1 \{x\} \$5 \textasciitilde{} \textasciicircum{}"),
     ("min >= 3", r"min \textgreater{}= 3"),
+    ("a | b", r"a \textbar{} b"),
     ("C:\\path", r"C:\textbackslash{}path"),
 ])
 def test_tex_escape(text, expected):
