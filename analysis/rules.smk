@@ -85,7 +85,7 @@ rule report:
         ALL_FIGURES,
         verdicts=rules.claims.output.verdicts,
         facts=rules.facts.output[0],
-        templates=["paper/templates/report.md.j2", "paper/templates/report.tex.j2"],
+        templates=["paper/templates/sections.j2", "paper/templates/report.md.j2", "paper/templates/report.tex.j2"],
         renderer="paper/render.py",
         bibliography="paper/references.bib",
         citation="CITATION.cff",

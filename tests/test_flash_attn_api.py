@@ -22,13 +22,10 @@ from kernels import (attention_reference, flash_attention, flash_attn_func, flas
                      flash_attn_varlen_qkvpacked_func)
 from test_kernels import DEVICE, HAS_CUDA, assert_close_to_reference, poisoned_allocations  # noqa: F401 (a fixture)
 
-# 2026-11 (triton 3.6): the CPU interpreter casts float32 to bfloat16 by truncation, not to
-# nearest, so bf16 results on the CPU carry up to twice the rounding error they have on a GPU,
-# and on these small shapes that alone can break the 2x rule. bf16 accuracy is checked on a GPU;
-# on the CPU, test_bf16_goes_through_unchanged shows the functions add nothing to the kernels.
-DTYPES = [pytest.param(torch.float16, id="fp16"),
-          pytest.param(torch.bfloat16, id="bf16", marks=pytest.mark.skipif(
-              not HAS_CUDA, reason="the Triton interpreter truncates float32 -> bfloat16 casts"))]
+# bf16 on the CPU relies on kernels/_interpreter.py rounding float32 -> bfloat16 to nearest, as
+# the GPU does (triton 3.6's interpreter truncates); test_bf16_goes_through_unchanged also shows
+# the functions add nothing to the kernels.
+DTYPES = [pytest.param(torch.float16, id="fp16"), pytest.param(torch.bfloat16, id="bf16")]
 
 # str(inspect.signature(...)) of flash-attn's functions, parameter for parameter.
 FLASH_ATTN_SIGNATURES = {
