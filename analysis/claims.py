@@ -131,11 +131,14 @@ def _status_counts(frame: pd.DataFrame, arm: dict) -> str:
     return ", ".join(f"{count} {status} rows" for status, count in counts.items()) or "no rows"
 
 
-def _in(frame: pd.DataFrame, dtype: str | None = None, mode: str | None = None) -> pd.DataFrame:
-    """The attention rows of `frame` in `dtype` and `mode` (None: any)."""
+def _in(frame: pd.DataFrame, dtype: str | None = None, mode: str | None = None,
+        head_dims=None) -> pd.DataFrame:
+    """The attention rows of `frame` in `dtype`, `mode` and `head_dims` (None: any)."""
     frame = attention_rows(frame)
     if dtype is not None:
         frame = frame[frame["dtype"] == dtype]
+    if head_dims is not None:
+        frame = frame[frame["head_dim"].isin(list(head_dims)).fillna(False).to_numpy()]
     return frame[frame["mode"] == mode] if mode is not None else frame
 
 
@@ -149,16 +152,35 @@ def _compare(frame, baseline, candidate, value, keys, settings) -> dict:
 
 @metric
 def speedup(frames, hardware, *, experiment, baseline, candidate, modes, value="ms", dtype="fp16", pair_without=(),
-            also=None):
+            also=None, head_dims=None):
     """How many times faster the candidate arm is than the baseline arm, in the first of `modes` with data.
 
     Cells are paired on the shape and mode less the columns in `pair_without` (causal, to set a causal arm
     against a non-causal one). `also` names further baselines compared with the same candidate in that mode,
     reported as <name>_min, <name>_median, ... and <name>_on_shared (median over the main comparison's shapes).
+    `head_dims` restricts the verdict to the paper's head dims; the same comparison at the other head dims
+    measured is reported beside it as beyond_n, beyond_min, beyond_median, beyond_max ("" when none).
     """
     settings = read_settings()
     keys = [key for key in PAIR_KEYS if key not in pair_without]
     frame = frames[experiment]
+    beyond = {"beyond_n": 0, "beyond_min": None, "beyond_median": None, "beyond_max": None, "beyond_head_dims": "",
+              "beyond": "no other head dim was measured with both arms"}
+    if head_dims is not None:
+        others = attention_rows(frame)
+        others = others[~others["head_dim"].isin(list(head_dims)).fillna(True).to_numpy()]
+        for mode in modes:
+            other = _compare(_in(others, dtype, mode), baseline, candidate, value, keys, settings)
+            if other["n"]:
+                beyond.update(beyond_n=other["n"], beyond_min=other["min"], beyond_median=other["median"],
+                              beyond_max=other["max"],
+                              beyond_head_dims=", ".join(str(int(d)) for d in sorted(others["head_dim"].dropna().unique())))
+                beyond["beyond"] = (f"at head dim {beyond['beyond_head_dims']}, {other['min']:.2f}-{other['max']:.2f}x "
+                                    f"over {other['n']} shapes")
+                break
+        keep = frame["head_dim"].isin(list(head_dims)).fillna(False).to_numpy() | ~frame.index.isin(
+            attention_rows(frame).index)
+        frame = frame[keep]
     for mode in modes:
         summary = _compare(_in(frame, dtype, mode), baseline, candidate, value, keys, settings)
         if summary["n"]:
@@ -177,6 +199,7 @@ def speedup(frames, hardware, *, experiment, baseline, candidate, modes, value="
         summary.update({f"{name}_{key}": item for key, item in other.items()
                         if key in ("n", "min", "median", "max", "at_longest")})
         summary[f"{name}_on_shared"] = float(shared["ratio"].median()) if not shared.empty else None
+    summary.update(beyond)
     if not summary["n"]:
         summary["missing"] = (f"no {dtype} shape in {experiment}.csv with eligible cells of both {baseline} "
                               f"({_status_counts(frame, baseline)}) and {candidate} "
