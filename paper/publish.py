@@ -63,8 +63,11 @@ def readme_block(published_dir: Path, readme_dir: Path) -> str:
         "",
         summary_table(report_md),
         "",
-        f"The full report ({links}) shows each claim's figure, rule and reasoning. This section is",
-        "written by `snakemake --cores 1 publish --config mode=archive accuracy_on_cpu=false` from the published report;",
+        f"The full report ({links}) shows each claim's figure, rule and reasoning, its method (repeated",
+        "passes over each grid, host-bound and noisy cells kept out of verdicts, telemetry, memory net of what",
+        "the process held) and its threats to validity. Verdicts are *holds*, *partly*, *does not hold*, or",
+        "*not comparable* where the results cannot answer the paper's question. This section is written by",
+        "`snakemake --cores 1 publish --config mode=archive accuracy_on_cpu=false` from the published report;",
         "do not edit it by hand.",
         END,
     ])
