@@ -11,6 +11,9 @@ if _repository not in sys.path:
 from analysis.catalog import BUILD_DIR, FIGURES, FIGURES_DIR, caption_path, figure_paths  # noqa: E402
 from analysis.load import EXPERIMENTS, results_path  # noqa: E402
 
+# The analysis code: a change to it reruns what it computes (Snakemake does not track imported modules).
+ANALYSIS_CODE = sorted(f"analysis/{path.name}" for path in Path(workflow.current_basedir).glob("*.py")
+                       if path.name != "compare.py")
 PAPER_BUILD = "paper/build"
 PUBLISHED = "paper/published/h200"
 REPORT_OUTPUTS = [f"{PAPER_BUILD}/report.md", f"{PAPER_BUILD}/report.tex"] + (
@@ -24,6 +27,7 @@ for _name, _experiments in FIGURES.items():
         input:
             results=[str(results_path("results", experiment)) for experiment in _experiments],
             hardware="analysis/hardware.yaml",
+            code=ANALYSIS_CODE,
         output:
             pdf=report(str(figure_paths(_name)["pdf"]), caption=str(caption_path(_name)), category="Figures"),
             png=str(figure_paths(_name)["png"]),
@@ -45,6 +49,7 @@ rule claims:
         results=ALL_RESULTS,
         claims="analysis/claims.yaml",
         hardware="analysis/hardware.yaml",
+        code=ANALYSIS_CODE,
     output:
         verdicts=f"{BUILD_DIR}/verdicts.json",
         table=report(f"{BUILD_DIR}/claims.csv", category="Claims"),
@@ -66,6 +71,7 @@ rule facts:
         hardware="analysis/hardware.yaml",
         claims="analysis/claims.yaml",
         captions=[str(caption_path(name)) for name in FIGURES],
+        code=ANALYSIS_CODE,
     output:
         f"{BUILD_DIR}/facts.json",
     conda:
@@ -86,7 +92,7 @@ rule report:
         verdicts=rules.claims.output.verdicts,
         facts=rules.facts.output[0],
         templates=["paper/templates/sections.j2", "paper/templates/report.md.j2", "paper/templates/report.tex.j2"],
-        renderer="paper/render.py",
+        renderer=["paper/render.py", "paper/publish.py"],
         bibliography="paper/references.bib",
         citation="CITATION.cff",
     output:
