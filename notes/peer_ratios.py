@@ -2,9 +2,11 @@
 
     python notes/peer_ratios.py [results/archive/nvidia-h200/speed.csv]
 
-Prints, for fp16, forward and forward+backward: TFLOP/s of each, ours/flash, ours/cuDNN, and the
-ratio of peak memory ours/flash; then the lowest ours/flash ratio at seqlen >= 1k and the highest
-forward+backward memory ratio.
+Prints, for fp16, forward and forward+backward: TFLOP/s of each (median over repetitions),
+ours/flash, ours/cuDNN, the ratio of attention's own memory ours/flash, and `hb` where a repetition of
+ours was host-bound; then the lowest ours/flash ratio at seqlen >= 1k and the highest
+forward+backward memory ratio. Archives of the older schema (one repetition, no host_bound or
+attn_mem_bytes column) are read too.
 """
 import sys
 
@@ -13,14 +15,19 @@ import pandas as pd
 path = sys.argv[1] if len(sys.argv) > 1 else "results/archive/nvidia-h200/speed.csv"
 rows = pd.read_csv(path)
 rows = rows[(rows.dtype == "fp16") & (rows.status == "ok") & rows["mode"].isin(["fwd", "fwd_bwd"])]
+memory_column = "attn_mem_bytes" if "attn_mem_bytes" in rows else "peak_mem_bytes"
+if "host_bound" not in rows:
+    rows = rows.assign(host_bound=0)
 wide = rows.pivot_table(index=["head_dim", "causal", "mode", "seqlen_q"], columns="provider",
-                        values=["tflops", "peak_mem_bytes"])
-tflops, memory = wide["tflops"], wide["peak_mem_bytes"]
+                        values=["tflops", memory_column, "host_bound"], aggfunc={"tflops": "median",
+                        memory_column: "median", "host_bound": "max"})
+tflops, memory = wide["tflops"], wide[memory_column]
 table = pd.DataFrame({
     "ours": tflops["ours"].round(0), "flash": tflops["sdpa_flash"].round(0), "cudnn": tflops["sdpa_cudnn"].round(0),
     "ours/flash": (tflops["ours"] / tflops["sdpa_flash"]).round(2),
     "ours/cudnn": (tflops["ours"] / tflops["sdpa_cudnn"]).round(2),
     "mem ours/flash": (memory["ours"] / memory["sdpa_flash"]).round(2),
+    "hb": wide["host_bound"]["ours"].map({0: "", 1: "hb"}),
 }).reset_index()
 print(table.to_string(index=False))
 long = table[table.seqlen_q >= 1024]
