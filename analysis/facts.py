@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from experiments import flops
+
 from analysis.catalog import FIGURES, caption, figure_paths
 from analysis.cells import aggregate, exclusion_counts, interleaved_ceiling, read_settings
 from analysis.claims import paired_ratio, to_json
@@ -147,9 +149,10 @@ def method_text(setup_facts: dict, method_facts: dict) -> list[str]:
         "v and, with a backward, dO).",
         f"Ceilings: each repetition of a timed ablation also timed an 8192-cube matmul before its attention cells; "
         f"shares of the measured ceiling read the median of these interleaved matmuls of the same dtype ({ceilings}).",
-        "FLOP count (the paper's): forward 4 x batch x heads x seqlen_q x seqlen_k x head_dim, halved for causal "
-        "attention when seqlen_q = seqlen_k; backward 2.5 times the forward (five matmuls against two); forward + "
-        "backward 3.5 times. TFLOP/s is that count over the median time.",
+        "FLOP count (the paper's, experiments/flops.py): forward 4 x batch x heads x seqlen_q x seqlen_k x "
+        "head_dim, halved for causal attention when seqlen_q = seqlen_k; backward "
+        f"{flops.MODE_FACTOR['bwd']:g} times the forward (five matmuls against two); forward + backward "
+        f"{flops.MODE_FACTOR['fwd_bwd']:g} times. TFLOP/s is that count over the median time.",
         "Accuracy: relative L2 error |x - ref| / |ref| against a float64 reference, one run per shape (errors do "
         "not vary between runs).",
     ]
