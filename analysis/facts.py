@@ -175,7 +175,7 @@ def threats_text(frames: dict[str, pd.DataFrame], setup_facts: dict, method_fact
         f"One GPU model ({setup_facts['gpu']}), one process per ablation: timings can differ on another card of "
         "the same model, and cells were not run in fresh processes; their repetitions are passes over the grid "
         "minutes apart within that process. Ablations of one run may go to several GPUs of one host at once "
-        "(`--resources gpu=N`); each ablation stays on one GPU, so the ratios within it compare cells of one "
+        "(--resources gpu=N); each ablation stays on one GPU, so the ratios within it compare cells of one "
         "card, and the archive's logs name the device of each.",
         f"Host-bound cells kept out of verdicts: {totals['host_bound']} of {totals['cells']} measured cells "
         f"({host_bound}).",

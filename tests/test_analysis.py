@@ -163,7 +163,8 @@ def test_noisy_cells_never_decide_and_are_counted(frames):
     speed.loc[noisy, "ms"] *= 1.5
     before, after = verdicts(frames)["speedup_vs_standard"], verdicts({**frames, "speed": speed})["speedup_vs_standard"]
     assert after["values"]["n"] == before["values"]["n"] - after["values"]["noisy"]
-    assert after["values"]["noisy"] == 6  # every fwd_bwd cell at 512 (head dims 64, 128, 256; causal or not)
+    # every fwd_bwd cell at 512 of the paper's head dims (64, 128; causal or not); 256 is reported beside
+    assert after["values"]["noisy"] == 4
     assert "noisy" in after["finding"] and "512" in after["finding"]
 
 
