@@ -121,7 +121,9 @@ class FigureUses:
 
 def _host_words(host: dict) -> str:
     commits = host["commits"] if host["commits"] != "-" else "no commit recorded"
-    return f"{host['gpu']}, commit {commits}, measured {host['first'][:10]} to {host['last'][:10]}"
+    first, last = host["first"][:10], host["last"][:10]
+    when = f"on {first}" if first == last else f"{first} to {last}"
+    return f"{host['gpu']}, commit {commits}, measured {when}"
 
 
 def source_note(setup: dict) -> str:
