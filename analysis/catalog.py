@@ -37,3 +37,16 @@ def caption(name: str) -> str:
 
 def figure_paths(name: str, figures_dir: str | Path = FIGURES_DIR) -> dict[str, Path]:
     return {fmt: Path(figures_dir) / f"{name}.{fmt}" for fmt in FIGURE_FORMATS}
+
+
+def compare_inputs(folder: str, measured: list[str], ablations) -> list[str]:
+    """The results files `snakemake compare` reads from `folder`: this host's results/ (`measured`, made
+    by the experiment rules) when the folder is "results", else the ablations' CSVs that the folder holds."""
+    folder = folder.rstrip("/")
+    if folder == "results":
+        return list(measured)
+    found = [f"{folder}/{name}.csv" for name in ablations if Path(f"{folder}/{name}.csv").exists()]
+    if not found:
+        raise FileNotFoundError(f"compare: {folder}/ holds no results file (<ablation>.csv for {', '.join(ablations)}); "
+                                "name a folder of results CSVs, e.g. results/archive/nvidia-h200")
+    return found
