@@ -8,7 +8,7 @@ _repository = str(Path(workflow.current_basedir).parent)
 if _repository not in sys.path:
     sys.path.insert(0, _repository)
 
-from analysis.catalog import BUILD_DIR, FIGURES, FIGURES_DIR, caption_path, figure_paths  # noqa: E402
+from analysis.catalog import BUILD_DIR, FIGURES, caption_path, figure_paths  # noqa: E402
 from analysis.load import EXPERIMENTS, results_path  # noqa: E402
 
 # The analysis code: a change to it reruns what it computes (Snakemake does not track imported modules).
@@ -66,7 +66,7 @@ rule claims:
 
 rule facts:
     input:
-        ALL_FIGURES,  # facts.json names each figure's files
+        figures=ALL_FIGURES,  # facts.json names each figure's files
         results=ALL_RESULTS,
         hardware="analysis/hardware.yaml",
         claims="analysis/claims.yaml",
@@ -81,7 +81,7 @@ rule facts:
     params:
         python=sys.executable,
         results=lambda wildcards, input: Path(input.results[0]).parent,
-        figures=str(FIGURES_DIR),
+        figures=lambda wildcards, input: Path(input.figures[0]).parent,
     shell:
         "{params.python} -m analysis.facts {params.results} {params.figures} {output} > {log} 2>&1"
 
