@@ -38,6 +38,7 @@ rule all:
     default_target: True
     input:
         RESULT_CSVS,
+        SIDE_CSVS,
         REPORT_OUTPUTS,
 
 

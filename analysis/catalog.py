@@ -24,6 +24,7 @@ FIGURES = {
     "fa1_to_fa2": ("fa1_vs_fa2",),
     "peak_fraction": ("speed", "ceiling"),
     "accuracy": ("accuracy",),
+    "training": ("training",),  # and, beside it, training_loss.csv (the loss-agreement curves)
 }
 
 

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from analysis.catalog import FIGURES
 from analysis.cells import (PAIR_KEYS, aggregate, describe_exclusions, eligible, exclusion_counts, matmul_ceiling,
                             paired, read_settings, select)
 from analysis.load import attention_rows, measured, read_results
@@ -425,6 +426,78 @@ def error_ratio(frames, hardware, *, baseline, candidate):
     return summary
 
 
+NOT_MEASURED = "{}: not measured in the archived run yet"
+
+
+def _model_context(model: str, seqlen) -> str:
+    return f"{model} at {int(seqlen) // 1024}k" if int(seqlen) % 1024 == 0 else f"{model} at {int(seqlen)}"
+
+
+@metric
+def training_speedup(frames, hardware, *, candidate="ours", baselines=None, dtype="bf16"):
+    """End-to-end training (training.csv, eager rows): how many times faster a training step of `candidate`
+    is than each of `baselines` ({name: provider}) at the same model, context and batch, as <name>_min,
+    <name>_median, <name>_max, <name>_n and <name>_at_max; the candidate's best model TFLOP/s per GPU, its
+    share of the datasheet peak (mfu_datasheet) and of the bf16 matmul ceiling measured interleaved with the
+    run (mfu_ceiling); the baseline configurations that ran out of memory, with the largest batch that fit."""
+    baselines = baselines or {"standard": "standard", "fa1": "ours_fa1"}
+    values = {"n": 0, "best_tflops": None, "best_at": None, "mfu_datasheet": None, "mfu_ceiling": None,
+              "ceiling_tflops": None, "datasheet_tflops": None, "gpu": None, "compiled": "not measured",
+              "baseline_oom": "none", "excluded": "no cell excluded", "host_bound": 0, "noisy": 0}
+    for name in baselines:
+        values.update({f"{name}_{key}": None for key in ("min", "median", "max", "at_max")}, **{f"{name}_n": 0})
+    if "training" not in frames:
+        return values | {"missing": NOT_MEASURED.format("training")}
+    frame = attention_rows(frames["training"])
+    frame = frame[(frame["dtype"] == dtype) & (frame["mode"] == "train")]
+    eager = frame[~frame["variant"].str.contains("+", regex=False)]
+    keys = PAIR_KEYS + ["variant"]
+    left_out = []
+    for name, provider in baselines.items():
+        pairs, excluded = paired(eager, {"provider": provider}, {"provider": candidate}, "ms", keys)
+        left_out.append(excluded)
+        if pairs.empty:
+            continue
+        best = pairs.loc[pairs["ratio"].idxmax()]
+        values.update({f"{name}_n": len(pairs), f"{name}_min": float(pairs["ratio"].min()),
+                       f"{name}_median": float(pairs["ratio"].median()), f"{name}_max": float(pairs["ratio"].max()),
+                       f"{name}_at_max": _model_context(best["variant"], best["seqlen_k"])})
+    excluded = pd.concat(left_out, ignore_index=True)
+    values.update(excluded=describe_exclusions(excluded), **exclusion_counts(excluded))
+    ours = eligible(aggregate(select(eager, {"provider": candidate}), "tflops"))
+    values["n"] = len(ours)
+    if ours.empty:
+        return values | {"missing": f"no eligible {candidate} row in training.csv "
+                                    f"({_status_counts(frames['training'], {'provider': candidate})})"}
+    best = ours.loc[ours["tflops"].idxmax()]
+    entry = datasheet_entry(best["gpu"], hardware)
+    # the datasheet's dense fp16 tensor-core peak, which is also the dense bf16 peak on Ampere and Hopper
+    datasheet = float(entry["dense_fp16_tflops"]) if entry else None
+    ceiling = matmul_ceiling(frames, "training", dtype)
+    values.update(best_tflops=float(best["tflops"]), best_at=_model_context(best["variant"], best["seqlen_k"]),
+                  gpu=best["gpu"], datasheet_tflops=datasheet, mfu_datasheet=_share(float(best["tflops"]), datasheet),
+                  ceiling_tflops=ceiling["tflops"] if ceiling else None,
+                  mfu_ceiling=_share(float(best["tflops"]), ceiling["tflops"] if ceiling else None))
+    timed = eligible(aggregate(select(frame, {"provider": candidate}), "ms")).set_index(["variant", "seqlen_k"])
+    compiled_words = [f"{timed.loc[(model.removesuffix('+compile'), seqlen), 'ms'] / cell['ms']:.2f}x eager at "
+                      f"{_model_context(model.removesuffix('+compile'), seqlen)}"
+                      for (model, seqlen), cell in timed.iterrows()
+                      if model.endswith("+compile") and (model.removesuffix("+compile"), seqlen) in timed.index]
+    values["compiled"] = "; ".join(compiled_words) or "not measured"
+    oom = aggregate(select(eager, {"provider": baselines.get("standard", "standard")}), "ms")
+    oom = oom[oom["status"] == "oom"]
+    if not oom.empty:
+        largest = frame[frame["variant"].str.endswith("+largest_batch") & (frame["status"] == "ok")]
+        words = []
+        for _, cell in oom.iterrows():
+            fit = largest[(largest["variant"] == cell["variant"] + "+largest_batch")
+                          & (largest["seqlen_k"] == cell["seqlen_k"]) & (largest["provider"] == cell["provider"])]
+            fits = f"batch {int(fit['batch'].iloc[0])} fits" if not fit.empty else "no batch fits"
+            words.append(f"{_model_context(cell['variant'], cell['seqlen_k'])} (batch {int(cell['batch'])}; {fits})")
+        values["baseline_oom"] = ", ".join(words)
+    return values
+
+
 # ---------------------------------------------------------------- verdicts
 
 def percent(share: float) -> str:
@@ -471,8 +544,12 @@ def evaluate_claims(frames: dict[str, pd.DataFrame], claims: list[dict], hardwar
     """One record per claim: the claim's data, the metric's values, the verdict and the findings in words."""
     records = []
     for claim in claims:
-        values = METRICS[claim["metric"]](frames, hardware, **claim.get("args", {}))
-        verdict = verdict_of(claim, values)
+        source = FIGURES[claim["figure"]][0]  # the results file the claim reads first (its figure's)
+        if source not in frames:  # an ablation the archived run does not hold: read_results left it out
+            values, verdict = {"n": 0, "missing": NOT_MEASURED.format(source)}, NO_DATA
+        else:
+            values = METRICS[claim["metric"]](frames, hardware, **claim.get("args", {}))
+            verdict = verdict_of(claim, values)
         if verdict == NOT_COMPARABLE:
             finding = fill(claim["not_comparable_finding"], values)
         elif verdict == NO_DATA and "missing" in values:

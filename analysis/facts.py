@@ -21,7 +21,7 @@ from analysis.cells import aggregate, exclusion_counts, interleaved_ceiling, rea
 from analysis.claims import paired_ratio, to_json
 from analysis.figures import MODE_TITLES, PROVIDERS, VARIANTS
 from analysis.load import (EXPERIMENTS, PROVENANCE_COLUMNS, TIMED_ABLATIONS, attention_rows, measured,
-                           read_results)
+                           not_measured, read_results)
 from analysis.peaks import datasheet_entry, main_gpu, paper_gpu_entry, read_hardware
 
 ANALYSIS_PACKAGES = ("pandas", "matplotlib", "seaborn", "jinja2", "snakemake")
@@ -36,7 +36,7 @@ def _values(column: pd.Series) -> str:
 def provenance(frames: dict[str, pd.DataFrame]) -> list[dict]:
     """One record per results file: where its rows came from, on what, when, and what they cover."""
     records = []
-    for experiment in EXPERIMENTS:
+    for experiment in [name for name in EXPERIMENTS if name in frames]:
         frame = frames[experiment]
         record = {"experiment": experiment, "rows": len(frame),
                   **{column: _values(frame[column]) for column in PROVENANCE_COLUMNS if column != "timestamp"},
@@ -284,6 +284,29 @@ def failures(frames: dict[str, pd.DataFrame]) -> list[dict]:
     return records
 
 
+TRAINING_FLOPS = ("Model FLOPs per token, the FlashAttention-2 paper's count following Megatron-LM "
+                  "(experiments/training.py): 6 P + 12 L h s, where P = 12 L h^2 + V h is the matmul weights "
+                  "(the tied LM head once), L the layers, h the hidden size, s the context and V the vocabulary; the "
+                  "attention term is not halved for the causal mask, as in the paper's Table 1. TFLOP/s per GPU is "
+                  "that count times the tokens of a step over the median step time.")
+
+
+def training(frames: dict[str, pd.DataFrame]) -> dict:
+    """The training table (model TFLOP/s per GPU by model, context and attention, the paper's Table 1), or
+    measured=False when the run holds no training.csv."""
+    if "training" not in frames:
+        return {"measured": False, "rows": [], "flops": TRAINING_FLOPS}
+    frame = attention_rows(frames["training"])
+    cells = aggregate(frame[frame["mode"] == "train"], "tflops")
+    rows = []
+    for cell in cells.sort_values(["variant", "seqlen_k"], kind="stable").itertuples():
+        tokens = int(cell.batch) * int(cell.seqlen_k)
+        rows.append({"model": cell.variant, "context": int(cell.seqlen_k), "provider": PROVIDERS.get(cell.provider,
+                     (cell.provider,))[0], "batch": int(cell.batch), "tokens": tokens, "status": cell.status,
+                     "tflops": None if pd.isna(cell.tflops) else float(cell.tflops)})
+    return {"measured": True, "rows": rows, "flops": TRAINING_FLOPS}
+
+
 def figures(figures_dir: str | Path) -> dict:
     return {name: {"caption": caption(name), "files": {fmt: path.name for fmt, path in figure_paths(name, figures_dir).items()}}
             for name in FIGURES}
@@ -295,6 +318,7 @@ def collect(frames: dict[str, pd.DataFrame], hardware: dict, figures_dir: str | 
             "threats": threats_text(frames, setup_facts, method_facts), "provenance": provenance(frames),
             "speed_table": speed_table(frames),
             "best_tiles": best_tiles(frames), "fa1_steps": fa1_steps(frames), "failures": failures(frames),
+            "training": training(frames), "not_measured": not_measured(frames),
             "figures": figures(figures_dir)}
 
 

@@ -26,7 +26,7 @@ from matplotlib.patches import Rectangle  # noqa: E402
 from analysis.catalog import FIGURES, figure_paths  # noqa: E402
 from analysis.cells import HOST_BOUND, NOISY, aggregate, matmul_ceiling, paired  # noqa: E402
 from analysis.claims import ERROR_QUANTITIES, memory_fits  # noqa: E402
-from analysis.load import attention_rows, measured, read_results  # noqa: E402
+from analysis.load import attention_rows, measured, read_loss, read_results  # noqa: E402
 from analysis.peaks import datasheet_entry, read_hardware  # noqa: E402
 
 GIB = 2**30
@@ -38,6 +38,7 @@ PROVIDERS = {
     "sdpa_flash": ("FlashAttention-2 CUDA (SDPA)", _COLOURS[0]),
     "flex": ("FlexAttention (Triton)", _COLOURS[4]),
     "sdpa_cudnn": ("cuDNN (SDPA)", _COLOURS[2]),
+    "ours_fa1": ("FlashAttention-1 (our Triton port)", _COLOURS[8]),
     "ours": ("Ours (Triton)", _COLOURS[3]),
 }
 # fa1_vs_fa2 arms: the faithful FlashAttention-1 port is the baseline; the rest are FlashAttention-2
@@ -457,6 +458,53 @@ def draw_accuracy(frames):
     return figure
 
 
+def _training_label(variant: str, seqlen) -> str:
+    """"gpt3_1_3b+compile" at 2048 -> "1.3B 2k compiled"."""
+    model, *options = variant.split("+")
+    size = model.removeprefix("gpt3_").replace("_", ".").upper()
+    words = {"compile": "compiled", "largest_batch": "largest batch"}
+    return " ".join([size, _label_seqlen(int(seqlen))] + [words.get(option, option) for option in options])
+
+
+def draw_training(frames):
+    """Model TFLOP/s per GPU of each attention by model and context (the paper's Table 1 as bars; error bars
+    min..max over repetitions), and the loss-agreement curves beside it."""
+    if "training" not in frames:
+        return _empty("training: not measured in the archived run yet")
+    frame = attention_rows(frames["training"])
+    frame = frame[frame["mode"] == "train"]
+    loss = frames.get("training_loss")
+    figure, axes = plt.subplots(1, 2, figsize=(10.5, 3.6), gridspec_kw={"width_ratios": [2.2, 1]})
+    if frame.empty:
+        axes[0].axis("off")
+        axes[0].text(0.5, 0.5, "no training rows", ha="center", va="center")
+    else:
+        cells = aggregate(frame, "tflops")
+        cells["configuration"] = [_training_label(v, n) for v, n in zip(cells["variant"], cells["seqlen_k"])]
+        order = sorted(dict.fromkeys(cells["configuration"]),
+                       key=lambda label: (label.split()[0], int(label.split()[1].rstrip("k")), label))
+        _grouped_bars(axes[0], cells, "configuration", "provider", PROVIDERS, "tflops", order)
+        axes[0].set_ylabel("model TFLOP/s per GPU")
+        axes[0].tick_params(axis="x", labelsize=6, rotation=20)
+        axes[0].set_title(f"Training step, bf16 autocast ({frame['gpu'].iloc[0] or 'GPU'}; median of repetitions)",
+                          fontsize=8)
+    if loss is None or loss.empty:
+        axes[1].axis("off")
+        axes[1].text(0.5, 0.5, "no loss-agreement run", ha="center", va="center")
+    else:
+        for (provider, seed), curve in loss.groupby(["provider", "seed"], sort=False):
+            label, colour = _look(PROVIDERS, provider)
+            axes[1].plot(curve["step"], curve["loss"], color=colour, linewidth=0.8,
+                         linestyle="-" if seed == loss["seed"].min() else ":", label=f"{label}, seed {seed}")
+        axes[1].set_xlabel("step")
+        axes[1].set_ylabel("training loss")
+        axes[1].set_title("Loss agreement (small model)", fontsize=8)
+        axes[1].legend(fontsize=6, frameon=False)
+    _legend_below(figure, axes[:1], ncol=3)
+    figure.tight_layout(rect=(0, 0.12, 1, 1))
+    return figure
+
+
 def draw(name: str, frames: dict, hardware: dict):
     _style()
     if name.startswith("speed_"):
@@ -466,7 +514,7 @@ def draw(name: str, frames: dict, hardware: dict):
     if name == "peak_fraction":
         return draw_peak_fraction(frames, hardware)
     return {"memory": draw_memory, "recompute": draw_recompute, "causal": draw_causal,
-            "fa1_to_fa2": draw_fa1_to_fa2, "accuracy": draw_accuracy}[name](frames)
+            "fa1_to_fa2": draw_fa1_to_fa2, "accuracy": draw_accuracy, "training": draw_training}[name](frames)
 
 
 def save(figure, name: str, out_dir: str | Path) -> dict[str, Path]:
@@ -480,6 +528,8 @@ def save(figure, name: str, out_dir: str | Path) -> dict[str, Path]:
 
 def main(name: str, results_dir: str, out_dir: str) -> None:
     frames = read_results(results_dir, FIGURES[name])
+    if "training" in frames:
+        frames["training_loss"] = read_loss(results_dir)
     save(draw(name, frames, read_hardware()), name, out_dir)
 
 

@@ -11,8 +11,9 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.schema import (ABLATIONS, CEILING_PROVIDERS, CELL_KEYS, COLUMNS, ERROR_COLUMNS, FLOAT_COLUMNS,
-                                INTEGER_COLUMNS, MEMORY_COLUMNS, MODES, PROVENANCE_COLUMNS, SHAPE_COLUMNS, STATUSES,
-                                TELEMETRY_COLUMNS, TILE_COLUMNS, TIMED_ABLATIONS, TIMING_COLUMNS)
+                                INTEGER_COLUMNS, LOSS_COLUMNS, MEMORY_COLUMNS, MODES, PROVENANCE_COLUMNS,
+                                SHAPE_COLUMNS, STATUSES, TELEMETRY_COLUMNS, TILE_COLUMNS, TIMED_ABLATIONS,
+                                TIMING_COLUMNS)
 
 EXPERIMENTS = ABLATIONS  # the analysis calls an ablation's results file an experiment
 
@@ -71,8 +72,34 @@ def _to_number(column: pd.Series, path: Path, name: str) -> pd.Series:
 
 
 def read_results(results_dir: str | Path, experiments=EXPERIMENTS) -> dict[str, pd.DataFrame]:
-    """All results files of `experiments`, keyed by experiment name."""
-    return {experiment: read_experiment(results_path(results_dir, experiment)) for experiment in experiments}
+    """The results files of `experiments` that `results_dir` holds, keyed by experiment name.
+
+    An experiment without a file was not measured: on a host without a GPU the workflow leaves out an
+    ablation that the archived GPU run does not hold (experiments/rules.smk). It has no key here; the
+    claims, figures and facts that read it say "not measured" (see `not_measured`).
+    """
+    return {experiment: read_experiment(results_path(results_dir, experiment)) for experiment in experiments
+            if results_path(results_dir, experiment).exists()}
+
+
+def not_measured(frames: dict[str, pd.DataFrame], experiments=EXPERIMENTS) -> list[str]:
+    """The experiments that have no results file among `frames`."""
+    return [experiment for experiment in experiments if experiment not in frames]
+
+
+def read_loss(results_dir: str | Path) -> pd.DataFrame:
+    """training's loss-agreement curves (results/training_loss.csv: provider, seed, step, loss and provenance),
+    checked like a results file; empty when the run has none."""
+    path = results_path(results_dir, "training_loss")
+    if not path.exists():
+        return pd.DataFrame(columns=LOSS_COLUMNS)
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    if list(frame.columns) != LOSS_COLUMNS:
+        raise SchemaError(f"{path}: columns {list(frame.columns)}, expected {LOSS_COLUMNS} (experiments/schema.py)")
+    for column in ("seed", "step"):
+        frame[column] = _to_number(frame[column], path, column).astype("Int64")
+    frame["loss"] = _to_number(frame["loss"], path, "loss").astype(float)
+    return frame
 
 
 def measured(frame: pd.DataFrame) -> pd.DataFrame:

@@ -9,7 +9,7 @@ if _repository not in sys.path:
     sys.path.insert(0, _repository)
 
 from analysis.catalog import BUILD_DIR, FIGURES, caption_path, figure_paths  # noqa: E402
-from analysis.load import EXPERIMENTS, results_path  # noqa: E402
+from experiments.schema import SIDE_FILES  # noqa: E402
 
 # The analysis code: a change to it reruns what it computes (Snakemake does not track imported modules).
 ANALYSIS_CODE = sorted(f"analysis/{path.name}" for path in Path(workflow.current_basedir).glob("*.py")
@@ -18,14 +18,18 @@ PAPER_BUILD = "paper/build"
 PUBLISHED = "paper/published/h200"
 REPORT_OUTPUTS = [f"{PAPER_BUILD}/report.md", f"{PAPER_BUILD}/report.tex"] + (
     [f"{PAPER_BUILD}/report.pdf"] if shutil.which("latexmk") else [])
-ALL_RESULTS = [str(results_path("results", experiment)) for experiment in EXPERIMENTS]
+# The results this host has (experiments/rules.smk: on a host without a GPU an ablation that the archive does
+# not hold is left out; the analysis then says it was not measured), with the files written beside them.
+ALL_RESULTS = RESULT_CSVS + SIDE_CSVS
+RESULTS_DIR = "results"
 ALL_FIGURES = [str(path) for name in FIGURES for path in figure_paths(name).values()]
 
 for _name, _experiments in FIGURES.items():
     rule:
         name: f"figure_{_name}"
         input:
-            results=[str(results_path("results", experiment)) for experiment in _experiments],
+            results=[path for experiment in _experiments for path in ALL_RESULTS
+                     if Path(path).stem in (experiment, *SIDE_FILES.get(experiment, ()))],
             hardware="analysis/hardware.yaml",
             code=ANALYSIS_CODE,
         output:
@@ -38,7 +42,7 @@ for _name, _experiments in FIGURES.items():
         params:
             python=sys.executable,
             name=_name,
-            results=lambda wildcards, input: Path(input.results[0]).parent,
+            results=RESULTS_DIR,  # a figure of an ablation not measured has no input, and says so
             out=lambda wildcards, output: Path(output.png).parent,
         shell:
             "{params.python} -m analysis.figures {params.name} {params.results} {params.out} > {log} 2>&1"

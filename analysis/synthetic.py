@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.load import COLUMNS, results_path
+from analysis.load import COLUMNS, LOSS_COLUMNS, results_path
 from experiments.flops import attention_flops
 
 GIB = 2**30
@@ -281,9 +281,66 @@ def ceiling_rows() -> list[dict]:
     return rows
 
 
+# training (experiments/grid.py's `training`): model TFLOP/s per GPU by context and attention, eager; the
+# baseline's 2.7B at 8k runs out of memory and its largest batch that fits (1) is a second row
+TRAINING_MODELS = {"gpt3_1_3b": (24, 2048, 16), "gpt3_2_7b": (32, 2560, 20)}  # layers, hidden, heads
+TRAINING_TFLOPS = {
+    2048: {"standard": 250.0, "ours_fa1": 300.0, "sdpa_flash": 330.0, "sdpa_cudnn": 360.0, "ours": 345.0},
+    8192: {"standard": 120.0, "ours_fa1": 260.0, "sdpa_flash": 330.0, "sdpa_cudnn": 380.0, "ours": 360.0},
+}
+TRAINING_TOKENS, TRAINING_COMPILED = 16384, 1.1  # tokens per step; compiled ours against eager
+
+
+def _training_flops_per_token(layers, hidden, seqlen, vocab=50257) -> float:
+    """experiments/training.py's model_flops_per_token (6 P + 12 L h s), restated: the analysis runs without torch."""
+    return 6.0 * (12 * layers * hidden**2 + vocab * hidden) + 12.0 * layers * hidden * seqlen
+
+
+def training_rows() -> list[dict]:
+    rows = _ceilings("training", ("bf16",))
+    for model, (layers, hidden, heads) in TRAINING_MODELS.items():
+        for context, by_provider in TRAINING_TFLOPS.items():
+            for provider, tflops in by_provider.items():
+                arms = [(model, TRAINING_TOKENS // context, tflops)]
+                if provider == "ours" and model == "gpt3_1_3b" and context == 2048:
+                    arms.append((model + "+compile", TRAINING_TOKENS // context, tflops * TRAINING_COMPILED))
+                for variant, batch, speed in arms:
+                    shape = dict(batch=batch, heads=heads, seqlen=context, head_dim=hidden // heads, causal=1)
+                    if provider == "standard" and model == "gpt3_2_7b" and context == 8192:
+                        rows += [_row("training", provider, "train", dtype="bf16", variant=variant, status="oom",
+                                      note="OutOfMemoryError: CUDA out of memory", repetition=r, **shape)
+                                 for r in range(REPETITIONS)]
+                        variant, speed, shape["batch"] = variant + "+largest_batch", 0.8 * speed, 1
+                    for repetition in range(REPETITIONS):
+                        tokens = shape["batch"] * context
+                        ms = (_training_flops_per_token(layers, hidden, context) * tokens / (speed * 1e9)
+                              * _jitter("training", provider, variant, context, repetition))
+                        note = "largest batch that fits: 1 (batch 2 runs out of memory)" if "largest" in variant else ""
+                        rows.append(_row("training", provider, "train", dtype="bf16", variant=variant, note=note,
+                                         repetition=repetition, ms=ms, ms_p20=ms * 0.98, ms_p80=ms * 1.03, gpu_ms=ms,
+                                         host_bound=0, tflops=_training_flops_per_token(layers, hidden, context)
+                                         * tokens / (ms * 1e9), attn_mem_bytes=60 * GIB, input_bytes=0,
+                                         peak_mem_bytes=60 * GIB, sm_clock_mhz=1980, power_w=650, temp_c=60,
+                                         telemetry_samples=20, **shape))
+    return rows
+
+
+def training_loss_rows(steps: int = 300) -> list[dict]:
+    """Loss curves of the loss-agreement run: ours and sdpa_flash from seed 0, sdpa_flash from seed 1."""
+    rows = []
+    for provider, seed, wobble in (("ours", 0, 0.002), ("sdpa_flash", 0, 0.0), ("sdpa_flash", 1, 0.03)):
+        for step in range(steps):
+            loss = 1.2 + (8.3 - 1.2) * (0.985 ** step) + wobble * random.Random(repr((seed, step))).uniform(-1, 1)
+            if provider == "ours":
+                loss += 0.002 * random.Random(repr(("ours", step))).uniform(-1, 1)
+            rows.append({**{key: PROVENANCE[key] for key in LOSS_COLUMNS if key in PROVENANCE},
+                         "provider": provider, "seed": seed, "step": step, "loss": loss})
+    return rows
+
+
 ROWS = {"speed": speed_rows, "tiles": tiles_rows, "causal": causal_rows, "seqlen": seqlen_rows,
         "recompute": recompute_rows, "fa1_vs_fa2": fa1_vs_fa2_rows, "accuracy": accuracy_rows,
-        "ceiling": ceiling_rows}
+        "ceiling": ceiling_rows, "training": training_rows}
 
 
 def write_results(results_dir: str | Path) -> Path:
@@ -292,6 +349,8 @@ def write_results(results_dir: str | Path) -> Path:
     results_dir.mkdir(parents=True, exist_ok=True)
     for experiment, make_rows in ROWS.items():
         pd.DataFrame(make_rows(), columns=COLUMNS).to_csv(results_path(results_dir, experiment), index=False)
+    pd.DataFrame(training_loss_rows(), columns=LOSS_COLUMNS).to_csv(results_path(results_dir, "training_loss"),
+                                                                   index=False)
     return results_dir
 
 

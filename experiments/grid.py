@@ -152,12 +152,45 @@ def ceiling(s: dict) -> list[Cell]:
     return matmuls + [Cell("ceiling", "torch_copy", "copy", "fp16", size=s["copy_mib"] * 2**20)]
 
 
+LARGEST_BATCH = "+largest_batch"  # variant suffix of the row that a training cell's oom adds
+
+
+def training(s: dict) -> list[Cell]:
+    """One cell per model, context and attention, eager; and compiled where s["compile"] names all three.
+
+    The variant is the model preset (experiments/gpt.py), "+compile" for torch.compile; the shape
+    columns hold the attention's: batch = tokens_per_step // context, the model's heads of its head dim.
+    """
+    from experiments.gpt import preset  # imports torch: only when the cells are built, not when planning
+
+    compiled = s["compile"]
+    cells = []
+    for model, context, provider in itertools.product(s["models"], s["contexts"], s["providers"]):
+        config = preset(model)
+        for compile_ in (False, True):
+            if compile_ and not (provider in compiled["providers"] and model in compiled["models"]
+                                 and context in compiled["contexts"]):
+                continue
+            cells.append(Cell("training", provider, "train", "bf16", batch=max(1, s["tokens_per_step"] // context),
+                              heads=config.heads, kv_heads=config.heads, seqlen_q=context, seqlen_k=context,
+                              head_dim=config.head_dim, causal=True, variant=model + ("+compile" if compile_ else "")))
+    return cells
+
+
+def largest_batch_cell(cell: Cell) -> Cell | None:
+    """The row a training cell adds when it runs out of memory: the largest batch that fits (found by the
+    runner, written in the row's batch column; the cell keeps the batch asked for, so its key is stable)."""
+    if cell.experiment != "training" or cell.variant.endswith(LARGEST_BATCH):
+        return None
+    return dataclasses.replace(cell, variant=cell.variant + LARGEST_BATCH)
+
+
 from experiments.schema import ABLATIONS as _NAMES, INTERPRETER_ABLATIONS, TIMED_ABLATIONS  # noqa: E402, F401
 
 # Each ablation's cell builder, by the names experiments/schema.py defines.
 ABLATIONS = {
     "speed": speed, "tiles": tiles, "causal": causal, "seqlen": seqlen, "recompute": recompute,
-    "fa1_vs_fa2": fa1_vs_fa2, "accuracy": accuracy, "ceiling": ceiling,
+    "fa1_vs_fa2": fa1_vs_fa2, "accuracy": accuracy, "ceiling": ceiling, "training": training,
 }
 assert tuple(ABLATIONS) == _NAMES, "experiments/schema.py and the builders here name the same ablations"
 

@@ -16,6 +16,8 @@ bytes of the inputs to it. Modes:
            benchmark): what the forward saves for the backward counts towards its memory
   bwd      the forward runs once, untimed; timed: torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
   fwd_bwd  both, timed together
+  train    a whole training step of experiments/gpt.py (`training`, below): CUDA events around each
+           of `steps` steps after warm-up steps, by experiments.training.time_training
 """
 import functools
 import multiprocessing
@@ -191,6 +193,53 @@ def ceiling(cell, timing: dict, device: torch.device) -> dict:
     return dict(result, note=f"bytes={2 * cell.size}")  # each byte read once and written once
 
 
+def training(cell, settings: dict, device: torch.device, batch: int | None = None) -> dict:
+    """Train the cell's model (its variant: a preset of experiments/gpt.py, "+compile" for torch.compile) with
+    the cell's attention at `batch` (default the cell's) and map experiments.training.time_training's result
+    to the columns of a row. Runs out of memory as torch.OutOfMemoryError, so the row's status is oom.
+
+    ms is the median step, ms_p20 and ms_p80 the fastest and slowest of the timed steps (a training row
+    has `steps` samples, too few for percentiles); gpu_ms is ms (the step is timed by CUDA events only,
+    and the GPU-bound step of a model this size leaves no host gap to measure), host_ms is left empty
+    and host_bound 0; tflops is model TFLOP/s per GPU (experiments.training.model_flops_per_token);
+    attn_mem_bytes and peak_mem_bytes are the run's peak net memory (weights, gradients, AdamW state,
+    activations), input_bytes 0 (the token batches are a few KiB).
+    """
+    from experiments import training as train
+    from experiments.gpt import preset
+
+    model, *options = cell.variant.split("+")
+    batch = batch or cell.batch
+    result = train.time_training(preset(model, seqlen=cell.seqlen_q), cell.provider, batch=batch,
+                                 seqlen=cell.seqlen_q, steps=settings["steps"], warmup=settings["warmup_steps"],
+                                 device=device, compile="compile" in options)
+    if result["status"] == "oom":
+        raise torch.OutOfMemoryError(result["note"] or f"batch {batch} runs out of memory")
+    return dict(ms=result["step_ms"], ms_p20=result["step_ms_min"], ms_p80=result["step_ms_max"],
+                gpu_ms=result["step_ms"], host_ms=None, host_bound=0, tflops=result["tflops"],
+                attn_mem_bytes=result["peak_mem_bytes"], input_bytes=0, peak_mem_bytes=result["peak_mem_bytes"],
+                note=f"{result['tokens_per_s']:.0f} tokens/s, {result['params']} parameters")
+
+
+def largest_batch(cell, settings: dict, device: torch.device) -> tuple[int, dict, str, str]:
+    """After the cell ran out of memory: halve its batch until a training run fits, or batch 1 does not.
+
+    Returns the batch, values, status and note of the row for grid.largest_batch_cell(cell): the batch
+    that fitted, or 1 with status oom when none did.
+    """
+    batch = cell.batch
+    while batch > 1:
+        batch //= 2
+        try:
+            values = training(cell, settings, device, batch)
+        except torch.OutOfMemoryError:
+            continue
+        note = (f"largest batch that fits: {batch} (batch {cell.batch} runs out of memory; halved until one "
+                f"fits); {values.pop('note')}")
+        return batch, values, "ok", note
+    return 1, {}, "oom", f"no batch fits: batch {cell.batch} down to 1 runs out of memory"
+
+
 def precompile(cells, device: torch.device) -> None:
     """Compile what the cells will run, in parallel processes, ahead of the measurement.
 
@@ -202,7 +251,7 @@ def precompile(cells, device: torch.device) -> None:
     """
     representatives = {}
     for cell in cells:
-        if cell.provider in ("ours", "flex"):
+        if cell.provider in ("ours", "flex") and cell.experiment != "training":
             shape = (cell.batch, cell.heads, cell.seqlen_q, cell.seqlen_k) if cell.provider == "flex" else ()
             key = (cell.provider, cell.mode, cell.dtype, cell.head_dim, cell.causal, cell.switches, cell.fwd_tiles,
                    cell.bwd_tiles, shape)

@@ -45,8 +45,9 @@ def inputs(cell, device: torch.device):
 
 
 def tile_columns(cell) -> dict:
-    """The tile config and recompute flag that an `ours` row records (the backward's for mode bwd)."""
-    if cell.provider != "ours":
+    """The tile config and recompute flag that an `ours` row records (the backward's for mode bwd); none for
+    a training row, whose model runs the engine's defaults in both passes."""
+    if cell.provider != "ours" or cell.experiment == "training":
         return {}
     from kernels import default_tiles
     from kernels._fa1 import fa1_default_tiles

@@ -10,16 +10,20 @@ import dataclasses
 import json
 import os
 
-from experiments.schema import COLUMNS, Row
+from experiments.schema import COLUMNS, FILE_COLUMNS, Row
 
+
+def columns_of(path: str) -> list[str]:
+    """The columns of a results file: those of its name in FILE_COLUMNS (a side file), else the Row schema's."""
+    return FILE_COLUMNS.get(os.path.splitext(os.path.basename(path))[0], COLUMNS)
 
 
 def write_csv(rows: list[dict], path: str) -> None:
-    """Write rows (dicts keyed by COLUMNS) atomically: the file appears complete or not at all."""
+    """Write rows (dicts keyed by the file's columns) atomically: the file appears complete or not at all."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     partial = path + ".tmp"
     with open(partial, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS, restval="", extrasaction="raise")
+        writer = csv.DictWriter(f, fieldnames=columns_of(path), restval="", extrasaction="raise")
         writer.writeheader()
         for row in rows:
             writer.writerow({key: "" if value is None else value for key, value in row.items()})
@@ -27,12 +31,13 @@ def write_csv(rows: list[dict], path: str) -> None:
 
 
 def read_csv(path: str) -> list[dict]:
-    """Rows of a results CSV as dicts of strings; refuses a file whose columns are not COLUMNS."""
+    """Rows of a results CSV as dicts of strings; refuses a file whose columns are not its schema's."""
+    columns = columns_of(path)
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
-        if reader.fieldnames != COLUMNS:
-            missing = sorted(set(COLUMNS) - set(reader.fieldnames or ()))
-            extra = sorted(set(reader.fieldnames or ()) - set(COLUMNS))
+        if reader.fieldnames != columns:
+            missing = sorted(set(columns) - set(reader.fieldnames or ()))
+            extra = sorted(set(reader.fieldnames or ()) - set(columns))
             raise ValueError(f"{path}: columns differ from the results schema (missing {missing}, unexpected {extra})")
         return list(reader)
 

@@ -14,14 +14,15 @@ each column.
 import dataclasses
 
 # Every ablation, in the order the README describes them; each writes results/<name>.csv.
-ABLATIONS = ("speed", "tiles", "causal", "seqlen", "recompute", "fa1_vs_fa2", "accuracy", "ceiling")
+ABLATIONS = ("speed", "tiles", "causal", "seqlen", "recompute", "fa1_vs_fa2", "accuracy", "ceiling", "training")
 # Those that also run without a GPU (Triton's interpreter); the rest need a CUDA GPU or the archive.
 INTERPRETER_ABLATIONS = ("accuracy",)
 # Those whose rows are timings (repeated, with telemetry); accuracy's rows are errors.
 TIMED_ABLATIONS = tuple(name for name in ABLATIONS if name != "accuracy")
 
 STATUSES = ("ok", "oom", "unsupported", "error")
-MODES = ("fwd", "bwd", "fwd_bwd", "matmul", "copy")
+# train: one whole training step of experiments/gpt.py (forward, loss, backward, optimizer step)
+MODES = ("fwd", "bwd", "fwd_bwd", "matmul", "copy", "train")
 # Rows of these providers are the roofs measured beside the attention cells, not attention.
 CEILING_PROVIDERS = ("torch_matmul", "torch_copy")
 
@@ -109,3 +110,14 @@ FLOAT_COLUMNS = [column for column in TIMING_COLUMNS + TELEMETRY_COLUMNS + ERROR
                  if column not in INTEGER_COLUMNS]
 # A cell's identity across repetitions and runs (with experiment, provider, variant and mode).
 CELL_KEYS = ["experiment", "provider", "variant", "mode"] + SHAPE_COLUMNS
+
+# Files an ablation writes beside results/<ablation>.csv, in columns of their own (not rows of Row):
+# training's loss-agreement run, one loss per provider, seed and step (results/README.md).
+SIDE_FILES = {"training": ("training_loss",)}
+LOSS_COLUMNS = ["provider", "seed", "step", "loss"] + PROVENANCE_COLUMNS
+FILE_COLUMNS = {"training_loss": LOSS_COLUMNS}  # a file's columns by its name; COLUMNS for the rest
+
+
+def side_files(ablations) -> list[str]:
+    """The names of the files that `ablations` write beside their CSVs (training: training_loss)."""
+    return [side for ablation in ablations for side in SIDE_FILES.get(ablation, ())]

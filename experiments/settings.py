@@ -101,6 +101,10 @@ def check(config: dict) -> None:
                 raise ValueError(
                     f"config key accuracy.{key}[{i}].kv_heads: {shape['kv_heads']} does not divide heads={shape['heads']}"
                 )
+    agreement = config["training"]["loss_agreement"]
+    if agreement["hidden"] % agreement["heads"]:
+        raise ValueError(f"config key training.loss_agreement.heads: {agreement['heads']} does not divide "
+                         f"hidden={agreement['hidden']}")
 
 
 def ablation_settings(config: dict, ablations) -> dict[str, dict]:

@@ -121,6 +121,10 @@ FLIPS = [
      DOES_NOT_HOLD),
     ("fa2_on_hopper", lambda f: {**f, "speed": f["speed"].assign(gpu="NVIDIA A100-SXM4-80GB")}, HOLDS,
      NOT_COMPARABLE),
+    ("training_speedup", lambda f: scale(f, "training", {"provider": "standard"}, 0.5), HOLDS, PARTLY),
+    ("training_speedup", lambda f: scale(f, "training", {"provider": "ours_fa1"}, 0.5), HOLDS, DOES_NOT_HOLD),
+    ("training_speedup", lambda f: {**f, "training": f["training"][~f["training"]["provider"].isin(
+        ["standard", "ours_fa1"])]}, HOLDS, NOT_COMPARABLE),
 ]
 
 
@@ -250,3 +254,28 @@ def test_figures_survive_empty_and_failed_results(frames, tmp_path, name):
     failed = {experiment: frame.assign(status="oom") for experiment, frame in frames.items()}
     for variant in (empty, failed):
         save(draw(name, variant, read_hardware()), name, tmp_path)
+
+
+def test_training_not_in_the_archive_is_no_data_saying_so(frames, tmp_path):
+    without = {name: frame for name, frame in frames.items() if name != "training"}
+    record = verdicts(without)["training_speedup"]
+    assert record["verdict"] == NO_DATA
+    assert record["finding"] == "training: not measured in the archived run yet"
+    save(draw("training", without, read_hardware()), "training", tmp_path)  # a figure that says so
+
+
+def test_training_figure_draws_the_loss_curves(results_dir, frames, tmp_path):
+    from analysis.load import read_loss
+
+    loss = read_loss(results_dir)
+    assert set(zip(loss["provider"], loss["seed"])) == {("ours", 0), ("sdpa_flash", 0), ("sdpa_flash", 1)}
+    figure = draw("training", {**frames, "training_loss": loss}, read_hardware())
+    assert len(figure.axes[1].lines) == 3
+    save(figure, "training", tmp_path)
+
+
+def test_training_speedup_leaves_out_the_baseline_where_it_ran_out_of_memory(frames):
+    record = verdicts(frames)["training_speedup"]
+    assert record["values"]["standard_n"] == 3 and record["values"]["fa1_n"] == 4
+    assert "gpt3_2_7b at 8k (batch 2; batch 1 fits)" in record["note"]
+    assert "compile" in record["note"] and "x eager" in record["note"]

@@ -305,3 +305,76 @@ def test_a_host_bound_call_is_flagged_and_a_long_one_is_not():
     timing = {"warmup_ms": 5, "rep_ms": 20}
     assert measure._bench(slow_host, timing)["host_bound"] == 1
     assert measure._bench(lambda: x @ x, timing)["host_bound"] == 0
+
+
+def test_training_grid_is_one_cell_per_model_context_attention_and_compiled_config():
+    s = SETTINGS["training"]
+    cells = grid.training(s)
+    eager = [cell for cell in cells if not cell.variant.endswith("+compile")]
+    assert len(eager) == len(s["models"]) * len(s["contexts"]) * len(s["providers"])
+    compiled = [cell for cell in cells if cell.variant.endswith("+compile")]
+    assert {(c.provider, c.variant.split("+")[0], c.seqlen_q) for c in compiled} == {
+        (p, m, n) for p in s["compile"]["providers"] for m in s["compile"]["models"] for n in s["compile"]["contexts"]}
+    for cell in cells:
+        assert cell.mode == "train" and cell.dtype == "bf16" and cell.causal and cell.head_dim == 128
+        assert cell.batch * cell.seqlen_q == s["tokens_per_step"] and cell.heads == cell.kv_heads
+    passes = grid.cells("training", s, on_gpu=True)
+    assert passes[0].provider == "torch_matmul" and passes[0].dtype == "bf16"
+
+
+def test_a_training_row_maps_time_training_to_the_schema(monkeypatch):
+    from experiments import training
+
+    calls = []
+
+    def time_training(config, attention, batch, seqlen, steps, warmup, device, compile):
+        calls.append((config.layers, config.seqlen, attention, batch, steps, warmup, compile))
+        return dict(status="ok", note="", step_ms=400.0, step_ms_min=390.0, step_ms_max=430.0, tflops=300.0,
+                    tokens_per_s=40960.0, params=1_316_000_000, peak_mem_bytes=40 * 2**30)
+
+    monkeypatch.setattr(training, "time_training", time_training)
+    cell = grid.Cell("training", "ours", "train", "bf16", batch=2, heads=16, kv_heads=16, seqlen_q=8192,
+                     seqlen_k=8192, head_dim=128, causal=True, variant="gpt3_1_3b+compile")
+    values = measure.training(cell, SETTINGS["training"], torch.device("cpu"))
+    assert calls == [(24, 8192, "ours", 2, SETTINGS["training"]["steps"], SETTINGS["training"]["warmup_steps"], True)]
+    assert (values["ms"], values["ms_p20"], values["ms_p80"], values["gpu_ms"]) == (400.0, 390.0, 430.0, 400.0)
+    assert values["host_bound"] == 0 and values["input_bytes"] == 0 and values["tflops"] == 300.0
+    assert values["attn_mem_bytes"] == values["peak_mem_bytes"] == 40 * 2**30
+    row = run.row(cell, values, "ok", values.pop("note"), {}, "now")
+    assert row.mode == "train" and row.variant == "gpt3_1_3b+compile" and row.repetition is None
+
+
+def test_a_training_cell_that_runs_out_of_memory_adds_the_largest_batch_that_fits(tmp_path, monkeypatch):
+    """The worker on the CPU, time_training replaced: batch 8 and 4 run out of memory, 2 fits."""
+    from experiments import provenance, training
+
+    def time_training(config, attention, batch, seqlen, steps, warmup, device, compile):
+        if batch > 2:
+            return dict(status="oom", note="OutOfMemoryError: CUDA out of memory (simulated)")
+        return dict(status="ok", note="", step_ms=100.0, step_ms_min=99.0, step_ms_max=101.0, tflops=50.0,
+                    tokens_per_s=1e5, params=10, peak_mem_bytes=2**30)
+
+    settings = dict(SETTINGS["training"], models=["gpt3_1_3b"], contexts=[2048], providers=["standard"],
+                    repetitions=1, compile={"providers": [], "models": [], "contexts": []})
+    cells = [cell for cell in grid.cells("training", settings, on_gpu=True) if cell.provider != "torch_matmul"]
+    monkeypatch.setattr(training, "time_training", time_training)
+    monkeypatch.setattr(run.grid, "cells", lambda ablation, settings, on_gpu: cells)
+    monkeypatch.setattr(provenance, "collect", lambda: {"gpu": "Test GPU"})
+    output = str(tmp_path / "training.csv")
+    journal_path = run.journal_of("training", settings, True, output)
+    run.work("training", settings, journal_path, "cpu")
+    journal = results.Journal(journal_path)
+    (cell,) = cells
+    derived = grid.largest_batch_cell(cell)
+    assert journal.rows[cell.key]["status"] == "oom" and journal.rows[cell.key]["batch"] == 8
+    extra = journal.rows[derived.key]
+    assert extra["status"] == "ok" and extra["batch"] == 2 and extra["variant"] == "gpt3_1_3b+largest_batch"
+    assert "largest batch that fits" in extra["note"] and extra["ms"] == 100.0
+
+    # the supervisor writes the oom row and, after it, the largest batch's row
+    monkeypatch.setattr(run.subprocess, "call", lambda command, env: 0)
+    monkeypatch.setattr(run.gpus, "pin", lambda: "0")
+    run.supervise("training", settings, output)
+    rows = results.read_csv(output)
+    assert [(row["variant"], row["status"], row["batch"]) for row in rows] == [
+        ("gpt3_1_3b", "oom", "8"), ("gpt3_1_3b+largest_batch", "ok", "2")]

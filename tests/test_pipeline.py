@@ -13,9 +13,12 @@ import pytest
 import torch
 
 from experiments import gpus, grid, results
+from experiments.schema import SIDE_FILES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARCHIVED = [name for name in grid.ABLATIONS if name not in grid.INTERPRETER_ABLATIONS]
+SIDE = {name: list(SIDE_FILES.get(name, ())) for name in grid.ABLATIONS}  # files written beside an ablation's CSV
+ARCHIVED_FILES = ARCHIVED + [side for name in ARCHIVED for side in SIDE[name]]
 TEST_GPU = "test-gpu"
 
 # A grid small enough for Triton's interpreter on two cores: one shape, one dtype.
@@ -73,6 +76,10 @@ def workflow(tmp_path):
     for name in ARCHIVED:
         rows = [vars(synthetic_row(name))]
         results.write_csv(rows, str(tmp_path / "results" / "archive" / TEST_GPU / f"{name}.csv"))
+    loss = {key: value for key, value in vars(synthetic_row("training")).items() if key in results.columns_of("training_loss")}
+    results.write_csv([dict(loss, provider=provider, seed=seed, step=0, loss=4.8)
+                       for provider, seed in (("ours", 0), ("sdpa_flash", 0), ("sdpa_flash", 1))],
+                      str(tmp_path / "results" / "archive" / TEST_GPU / "training_loss.csv"))
     (tmp_path / "tiny.yaml").write_text(TINY_CONFIG)
     return tmp_path
 
@@ -93,7 +100,8 @@ def test_bad_config_is_refused_naming_the_key(override, key):
 def test_each_ablation_plans_alone_when_measuring(workflow):
     for name in grid.ABLATIONS:
         done = snakemake(workflow, "-n", name, "--config", "mode=measure")
-        assert planned_jobs(done) == {"measure": 1, name: 1}, done.stdout
+        side_jobs = {"training_loss": 1} if name == "training" else {}  # the loss-agreement run, a job of its own
+        assert planned_jobs(done) == {"measure": 1, name: 1, **side_jobs}, done.stdout
         assert f"wildcards: ablation={name}" in done.stdout
 
 
@@ -110,12 +118,24 @@ def test_lint_is_clean_for_the_experiment_rules():
 
 def test_without_gpu_the_plan_reads_the_archive_and_never_rewrites_it(workflow):
     done = snakemake(workflow, "-n", "results", "--config", "mode=archive", f"archive_gpu={TEST_GPU}")
-    assert planned_jobs(done) == {"from_archive": len(ARCHIVED), "measure": 1, "results": 1}
+    assert planned_jobs(done) == {"from_archive": len(ARCHIVED_FILES), "measure": 1, "results": 1}
     assert "rule archive:" not in done.stdout
     for name in grid.ABLATIONS:
         done = snakemake(workflow, "-n", name, "--config", "mode=archive", f"archive_gpu={TEST_GPU}")
         rule = "measure" if name in grid.INTERPRETER_ABLATIONS else "from_archive"
-        assert planned_jobs(done) == {rule: 1, name: 1}
+        assert planned_jobs(done) == {rule: 1 + len(SIDE[name]), name: 1}
+
+
+def test_an_ablation_the_archive_lacks_is_skipped_by_default_and_named_when_asked_for(workflow):
+    for name in ("training", "training_loss"):
+        os.remove(workflow / "results" / "archive" / TEST_GPU / f"{name}.csv")
+    done = snakemake(workflow, "-n", "results", "--config", "mode=archive", f"archive_gpu={TEST_GPU}")
+    assert planned_jobs(done) == {"from_archive": len(ARCHIVED) - 1, "measure": 1, "results": 1}
+    assert "training" not in done.stdout
+    done = snakemake(workflow, "-n", "training", "--config", "mode=archive", f"archive_gpu={TEST_GPU}", check=False)
+    assert done.returncode != 0
+    assert "training.csv is missing" in done.stdout + done.stderr
+    assert "snakemake --cores 1 archive" in done.stdout + done.stderr
 
 
 def test_a_missing_archive_says_what_to_run(workflow):
@@ -127,7 +147,7 @@ def test_a_missing_archive_says_what_to_run(workflow):
 
 def test_tiny_config_runs_end_to_end_on_the_cpu(workflow):
     snakemake(workflow, "results", "--configfile", "tiny.yaml", "--config", "mode=archive", f"archive_gpu={TEST_GPU}")
-    for name in ARCHIVED:
+    for name in ARCHIVED_FILES:
         rows = results.read_csv(str(workflow / "results" / f"{name}.csv"))
         assert {row["source"] for row in rows} == {f"archive:{TEST_GPU}"}
         assert {row["gpu"] for row in rows} == {"Test GPU"}
