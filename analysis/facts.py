@@ -99,8 +99,8 @@ def method(frames: dict[str, pd.DataFrame]) -> dict:
     """How the timed numbers were made, from the rows: repetitions per cell, exclusions, telemetry ranges."""
     settings = read_settings()
     per_experiment, counts = [], {"host_bound": 0, "noisy": 0, "cells": 0}
-    for name in TIMED_ABLATIONS:
-        frame = attention_rows(frames.get(name, pd.DataFrame()))
+    for name in [name for name in TIMED_ABLATIONS if name in frames]:
+        frame = attention_rows(frames[name])
         if frame.empty:
             continue
         cells = aggregate(frame, "ms", settings=settings)

@@ -42,7 +42,8 @@ for _name, _experiments in FIGURES.items():
         params:
             python=sys.executable,
             name=_name,
-            results=RESULTS_DIR,  # a figure of an ablation not measured has no input, and says so
+            # a figure of an ablation not measured has no input (it says so): then the results folder by name
+            results=lambda wildcards, input: Path(input.results[0]).parent if input.results else RESULTS_DIR,
             out=lambda wildcards, output: Path(output.png).parent,
         shell:
             "{params.python} -m analysis.figures {params.name} {params.results} {params.out} > {log} 2>&1"

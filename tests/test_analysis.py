@@ -264,6 +264,15 @@ def test_training_not_in_the_archive_is_no_data_saying_so(frames, tmp_path):
     save(draw("training", without, read_hardware()), "training", tmp_path)  # a figure that says so
 
 
+def test_facts_say_training_was_not_measured_when_the_archive_lacks_it(frames, tmp_path):
+    from analysis import facts
+
+    without = {name: frame for name, frame in frames.items() if name != "training"}
+    found = facts.collect(without, read_hardware(), tmp_path)
+    assert found["not_measured"] == ["training"] and not found["training"]["measured"]
+    assert facts.collect(frames, read_hardware(), tmp_path)["training"]["rows"]
+
+
 def test_training_figure_draws_the_loss_curves(results_dir, frames, tmp_path):
     from analysis.load import read_loss
 
