@@ -132,14 +132,11 @@ def _status_counts(frame: pd.DataFrame, arm: dict) -> str:
     return ", ".join(f"{count} {status} rows" for status, count in counts.items()) or "no rows"
 
 
-def _in(frame: pd.DataFrame, dtype: str | None = None, mode: str | None = None,
-        head_dims=None) -> pd.DataFrame:
-    """The attention rows of `frame` in `dtype`, `mode` and `head_dims` (None: any)."""
+def _in(frame: pd.DataFrame, dtype: str | None = None, mode: str | None = None) -> pd.DataFrame:
+    """The attention rows of `frame` in `dtype` and `mode` (None: any)."""
     frame = attention_rows(frame)
     if dtype is not None:
         frame = frame[frame["dtype"] == dtype]
-    if head_dims is not None:
-        frame = frame[frame["head_dim"].isin(list(head_dims)).fillna(False).to_numpy()]
     return frame[frame["mode"] == mode] if mode is not None else frame
 
 
@@ -165,27 +162,28 @@ def speedup(frames, hardware, *, experiment, baseline, candidate, modes, value="
     settings = read_settings()
     keys = [key for key in PAIR_KEYS if key not in pair_without]
     frame = frames[experiment]
+
+    def first_mode_with_pairs(rows):
+        for mode in modes:
+            summary = _compare(_in(rows, dtype, mode), baseline, candidate, value, keys, settings)
+            if summary["n"]:
+                break
+        return mode, summary
+
     beyond = {"beyond_n": 0, "beyond_min": None, "beyond_median": None, "beyond_max": None, "beyond_head_dims": "",
               "beyond": "no other head dim was measured with both arms"}
     if head_dims is not None:
-        others = attention_rows(frame)
-        others = others[~others["head_dim"].isin(list(head_dims)).fillna(True).to_numpy()]
-        for mode in modes:
-            other = _compare(_in(others, dtype, mode), baseline, candidate, value, keys, settings)
-            if other["n"]:
-                beyond.update(beyond_n=other["n"], beyond_min=other["min"], beyond_median=other["median"],
-                              beyond_max=other["max"],
-                              beyond_head_dims=", ".join(str(int(d)) for d in sorted(others["head_dim"].dropna().unique())))
-                beyond["beyond"] = (f"at head dim {beyond['beyond_head_dims']}, {other['min']:.2f}-{other['max']:.2f}x "
-                                    f"over {other['n']} shapes")
-                break
-        keep = frame["head_dim"].isin(list(head_dims)).fillna(False).to_numpy() | ~frame.index.isin(
-            attention_rows(frame).index)
-        frame = frame[keep]
-    for mode in modes:
-        summary = _compare(_in(frame, dtype, mode), baseline, candidate, value, keys, settings)
-        if summary["n"]:
-            break
+        # attention rows of other head dims go beside the verdict; the ceilings (no head dim) stay
+        in_grid = frame["head_dim"].isin(list(head_dims)).fillna(False).to_numpy()
+        has_head_dim = frame["head_dim"].notna().to_numpy()
+        others, frame = frame[~in_grid & has_head_dim], frame[in_grid | ~has_head_dim]
+        _, other = first_mode_with_pairs(others)
+        if other["n"]:
+            dims = ", ".join(str(int(d)) for d in sorted(others["head_dim"].unique()))
+            beyond.update(beyond_n=other["n"], beyond_min=other["min"], beyond_median=other["median"],
+                          beyond_max=other["max"], beyond_head_dims=dims,
+                          beyond=f"at head dim {dims}, {other['min']:.2f}-{other['max']:.2f}x over {other['n']} shapes")
+    mode, summary = first_mode_with_pairs(frame)
     pairs = summary.pop("pairs")
     in_mode = _in(frame, dtype, mode)
     failed = aggregate(select(in_mode, baseline), value)

@@ -10,6 +10,8 @@ import dataclasses
 import itertools
 import json
 
+from experiments.schema import ABLATIONS as _NAMES, INTERPRETER_ABLATIONS, TIMED_ABLATIONS  # noqa: F401
+
 # kernels.flash_attention switches of each ablation arm
 CAUSAL_VARIANTS = {
     "skip_tiles": (True, ()),
@@ -185,7 +187,6 @@ def largest_batch_cell(cell: Cell) -> Cell | None:
     return dataclasses.replace(cell, variant=cell.variant + LARGEST_BATCH)
 
 
-from experiments.schema import ABLATIONS as _NAMES, INTERPRETER_ABLATIONS, TIMED_ABLATIONS  # noqa: E402, F401
 
 # Each ablation's cell builder, by the names experiments/schema.py defines.
 ABLATIONS = {

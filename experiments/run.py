@@ -52,7 +52,7 @@ def supervise(ablation: str, settings: dict, output: str) -> None:
     print(f"{ablation}: " + (f"CUDA device {device}" if on_gpu else "no CUDA GPU, Triton interpreter"), flush=True)
     cells = {cell.key: cell for cell in grid.cells(ablation, settings, on_gpu)}
     # a training cell that runs out of memory adds a row of the largest batch that fits
-    derived = {key: grid.largest_batch_cell(cell) for key, cell in cells.items() if grid.largest_batch_cell(cell)}
+    derived = {key: extra for key, cell in cells.items() if (extra := grid.largest_batch_cell(cell))}
     known = {**cells, **{cell.key: cell for cell in derived.values()}}
     journal_path = journal_of(ablation, settings, on_gpu, output)
     environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
