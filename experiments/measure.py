@@ -203,7 +203,8 @@ def training(cell, settings: dict, device: torch.device, batch: int | None = Non
     and the GPU-bound step of a model this size leaves no host gap to measure), host_ms is left empty
     and host_bound 0; tflops is model TFLOP/s per GPU (experiments.training.model_flops_per_token);
     attn_mem_bytes and peak_mem_bytes are the run's peak net memory (weights, gradients, AdamW state,
-    activations), input_bytes 0 (the token batches are a few KiB).
+    activations), input_bytes 0 (the token batches are a few KiB). The note gives tokens/s, the parameter
+    count and the warm-up's wall time (with "+compile", torch.compile's compilation is in it).
     """
     from experiments import training as train
     from experiments.gpt import preset
@@ -218,7 +219,8 @@ def training(cell, settings: dict, device: torch.device, batch: int | None = Non
     return dict(ms=result["step_ms"], ms_p20=result["step_ms_min"], ms_p80=result["step_ms_max"],
                 gpu_ms=result["step_ms"], host_ms=None, host_bound=0, tflops=result["tflops"],
                 attn_mem_bytes=result["peak_mem_bytes"], input_bytes=0, peak_mem_bytes=result["peak_mem_bytes"],
-                note=f"{result['tokens_per_s']:.0f} tokens/s, {result['params']} parameters")
+                note=f"{result['tokens_per_s']:.0f} tokens/s, {result['params']} parameters, "
+                     f"warm-up {result['warmup_s']:.1f} s")
 
 
 def largest_batch(cell, settings: dict, device: torch.device) -> tuple[int, dict, str, str]:

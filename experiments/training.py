@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import gc
 import statistics
+import time
 from typing import Callable, Iterator
 
 import torch
@@ -136,9 +137,15 @@ def train_steps(model, batches, steps: int, optimizer_factory: Callable = adamw(
     return [float(loss) for loss in losses]
 
 
-def build_model(config: GPTConfig, attention: str, seed: int, device: torch.device | str) -> GPT:
-    """The model with weights drawn from `seed` (on the CPU, so alike on every device)."""
+def build_model(config: GPTConfig, attention: str, seed: int, device: torch.device | str,
+                init_on_device: bool = False) -> GPT:
+    """The model with weights drawn from `seed`: on the CPU (so alike on every device), or with
+    `init_on_device` by the device's own generator (seconds faster at GPT-3 sizes; for timing, where
+    the values do not matter)."""
     torch.manual_seed(seed)
+    if init_on_device:
+        with torch.device(device):
+            return GPT(config, attention)
     return GPT(config, attention).to(device)
 
 
@@ -158,8 +165,9 @@ def time_training(config: GPTConfig, attention: str, batch: int, seqlen: int, st
     by model_flops_per_token, from the median), flops_per_token, params (all parameters, the tied
     embedding once), peak_mem_bytes (the allocator's peak during building and training, net of what
     the process held before: weights, gradients, AdamW state and activations), losses (the timed
-    steps' losses, read after timing). With compile=True the model goes through
-    torch.compile(fullgraph=True); its compilation falls in the warm-up.
+    steps' losses, read after timing), warmup_s (wall time of the warm-up steps: Triton's and, with
+    compile, torch.compile's compilation fall there). With compile=True the model goes through
+    torch.compile(fullgraph=True). The weights are initialised on the device.
     """
     device = torch.device(device)
     if device.type != "cuda":
@@ -203,7 +211,7 @@ def _out_of_memory(error: BaseException) -> bool:
 
 
 def _timed_run(config, attention, batch, seqlen, steps, warmup, device, compile, seed) -> dict:
-    model = build_model(config, attention, seed, device)
+    model = build_model(config, attention, seed, device, init_on_device=True)
     params = sum(p.numel() for p in model.parameters())
     if compile:
         # A fresh compilation per configuration: one process runs many models, and dynamo stops
@@ -213,9 +221,11 @@ def _timed_run(config, attention, batch, seqlen, steps, warmup, device, compile,
     optimizer = adamw()(model.parameters())
     batches = synthetic_batches(config, batch, seqlen, seed, device=device)
     prepared = [next(batches) for _ in range(PREPARED_BATCHES)]
+    started = time.perf_counter()
     for i in range(warmup):
         _step(runnable, optimizer, *prepared[i % len(prepared)], torch.bfloat16, device)
     torch.cuda.synchronize(device)
+    warmup_s = time.perf_counter() - started
     events = [torch.cuda.Event(enable_timing=True) for _ in range(steps + 1)]
     losses = []
     events[0].record()
@@ -225,7 +235,7 @@ def _timed_run(config, attention, batch, seqlen, steps, warmup, device, compile,
     torch.cuda.synchronize(device)
     step_ms = [start.elapsed_time(end) for start, end in zip(events, events[1:])]
     return dict(step_ms=statistics.median(step_ms), step_ms_min=min(step_ms), step_ms_max=max(step_ms),
-                params=params, losses=[float(loss) for loss in losses])
+                params=params, losses=[float(loss) for loss in losses], warmup_s=warmup_s)
 
 
 # ------------------------------------------------------------------------------------------------

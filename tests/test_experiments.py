@@ -330,7 +330,7 @@ def test_a_training_row_maps_time_training_to_the_schema(monkeypatch):
     def time_training(config, attention, batch, seqlen, steps, warmup, device, compile):
         calls.append((config.layers, config.seqlen, attention, batch, steps, warmup, compile))
         return dict(status="ok", note="", step_ms=400.0, step_ms_min=390.0, step_ms_max=430.0, tflops=300.0,
-                    tokens_per_s=40960.0, params=1_316_000_000, peak_mem_bytes=40 * 2**30)
+                    tokens_per_s=40960.0, params=1_316_000_000, peak_mem_bytes=40 * 2**30, warmup_s=95.0)
 
     monkeypatch.setattr(training, "time_training", time_training)
     cell = grid.Cell("training", "ours", "train", "bf16", batch=2, heads=16, kv_heads=16, seqlen_q=8192,
@@ -340,6 +340,7 @@ def test_a_training_row_maps_time_training_to_the_schema(monkeypatch):
     assert (values["ms"], values["ms_p20"], values["ms_p80"], values["gpu_ms"]) == (400.0, 390.0, 430.0, 400.0)
     assert values["host_bound"] == 0 and values["input_bytes"] == 0 and values["tflops"] == 300.0
     assert values["attn_mem_bytes"] == values["peak_mem_bytes"] == 40 * 2**30
+    assert values["note"].endswith("warm-up 95.0 s")
     row = run.row(cell, values, "ok", values.pop("note"), {}, "now")
     assert row.mode == "train" and row.variant == "gpt3_1_3b+compile" and row.repetition is None
 
@@ -352,7 +353,7 @@ def test_a_training_cell_that_runs_out_of_memory_adds_the_largest_batch_that_fit
         if batch > 2:
             return dict(status="oom", note="OutOfMemoryError: CUDA out of memory (simulated)")
         return dict(status="ok", note="", step_ms=100.0, step_ms_min=99.0, step_ms_max=101.0, tflops=50.0,
-                    tokens_per_s=1e5, params=10, peak_mem_bytes=2**30)
+                    tokens_per_s=1e5, params=10, peak_mem_bytes=2**30, warmup_s=1.0)
 
     settings = dict(SETTINGS["training"], models=["gpt3_1_3b"], contexts=[2048], providers=["standard"],
                     repetitions=1, compile={"providers": [], "models": [], "contexts": []})
