@@ -291,20 +291,45 @@ TRAINING_FLOPS = ("Model FLOPs per token, the FlashAttention-2 paper's count fol
                   "that count times the tokens of a step over the median step time.")
 
 
-def training(frames: dict[str, pd.DataFrame]) -> dict:
-    """The training table (model TFLOP/s per GPU by model, context and attention, the paper's Table 1), or
-    measured=False when the run holds no training.csv."""
+def training(frames: dict[str, pd.DataFrame], hardware: dict) -> dict:
+    """The training table (the paper's Table 1: model TFLOP/s per GPU by model, context and attention, with
+    tokens/s, model FLOPs utilisation against the datasheet peak and the matmul ceiling measured beside it,
+    and peak memory), or measured=False when the run holds no training.csv."""
     if "training" not in frames:
         return {"measured": False, "rows": [], "flops": TRAINING_FLOPS}
     frame = attention_rows(frames["training"])
-    cells = aggregate(frame[frame["mode"] == "train"], "tflops")
+    train = frame[frame["mode"] == "train"]
+    cells = aggregate(train, "tflops")
+    memory = measured(train).groupby(["provider", "variant", "seqlen_k"])["peak_mem_bytes"].max()
+    entry = datasheet_entry(main_gpu(frames), hardware)
+    datasheet = float(entry["dense_fp16_tflops"]) if entry else None  # dense bf16 equals fp16 on Hopper
+    ceiling = interleaved_ceiling(frames["training"], "bf16")
+    ceiling = ceiling["tflops"] if ceiling else None
     rows = []
     for cell in cells.sort_values(["variant", "seqlen_k"], kind="stable").itertuples():
         tokens = int(cell.batch) * int(cell.seqlen_k)
+        tflops = None if pd.isna(cell.tflops) else float(cell.tflops)
+        tokens_per_s = tflops * 1e12 / flops_per_token if tflops and (
+            flops_per_token := _training_flops_per_token(frame, cell)) else None
+        peak = memory.get((cell.provider, cell.variant, cell.seqlen_k))
         rows.append({"model": cell.variant, "context": int(cell.seqlen_k), "provider": PROVIDERS.get(cell.provider,
                      (cell.provider,))[0], "batch": int(cell.batch), "tokens": tokens, "status": cell.status,
-                     "tflops": None if pd.isna(cell.tflops) else float(cell.tflops)})
-    return {"measured": True, "rows": rows, "flops": TRAINING_FLOPS}
+                     "tflops": tflops, "tokens_per_s": tokens_per_s,
+                     "mfu_datasheet": 100 * tflops / datasheet if tflops and datasheet else None,
+                     "mfu_ceiling": 100 * tflops / ceiling if tflops and ceiling else None,
+                     "peak_gib": None if peak is None or pd.isna(peak) else float(peak) / 2**30})
+    return {"measured": True, "rows": rows, "flops": TRAINING_FLOPS, "datasheet_tflops": datasheet,
+            "ceiling_tflops": ceiling}
+
+
+def _training_flops_per_token(frame: pd.DataFrame, cell) -> float | None:
+    """A training cell's model FLOPs per token, from its rows: TFLOP/s x step time / tokens of the step."""
+    rows = measured(frame[(frame["provider"] == cell.provider) & (frame["variant"] == cell.variant)
+                          & (frame["seqlen_k"] == cell.seqlen_k)]).dropna(subset=["tflops", "ms"])
+    if rows.empty:
+        return None
+    row = rows.iloc[0]
+    return float(row["tflops"]) * 1e12 * float(row["ms"]) * 1e-3 / (int(row["batch"]) * int(row["seqlen_k"]))
 
 
 def figures(figures_dir: str | Path) -> dict:
@@ -318,7 +343,7 @@ def collect(frames: dict[str, pd.DataFrame], hardware: dict, figures_dir: str | 
             "threats": threats_text(frames, setup_facts, method_facts), "provenance": provenance(frames),
             "speed_table": speed_table(frames),
             "best_tiles": best_tiles(frames), "fa1_steps": fa1_steps(frames), "failures": failures(frames),
-            "training": training(frames), "not_measured": not_measured(frames),
+            "training": training(frames, hardware), "not_measured": not_measured(frames),
             "figures": figures(figures_dir)}
 
 
