@@ -64,10 +64,9 @@ def _check_flag(name, value):
 
 def _check_options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                    return_attn_probs, block_table=None):
+    """Scalar checks up front; alibi_slopes' shape and dtype are checked by flash_attention."""
     if not _is_real(dropout_p) or not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
-    if dropout_p != 0.0:
-        raise NotImplementedError(f"dropout is not supported yet (dropout_p={dropout_p}); pass dropout_p=0.0")
     if softmax_scale is not None and not (_is_real(softmax_scale) and math.isfinite(softmax_scale)):
         raise ValueError(f"softmax_scale must be a finite float or None, got {softmax_scale!r}")
     _check_flag("causal", causal)
@@ -75,21 +74,27 @@ def _check_options(dropout_p, softmax_scale, causal, window_size, softcap, alibi
         window = tuple(window_size)
     except TypeError:
         window = None
-    if window is None or len(window) != 2 or not all(isinstance(w, numbers.Integral) for w in window):
+    if (window is None or len(window) != 2
+            or not all(isinstance(w, numbers.Integral) and not isinstance(w, bool) for w in window)):
         raise ValueError(f"window_size must be a pair of ints (left, right), got {window_size!r}")
-    if window != _FULL_WINDOW:
-        raise NotImplementedError(f"sliding-window attention (window_size={window_size!r}) is not supported yet; "
-                                  f"pass window_size=(-1, -1)")
-    if not _is_real(softcap):
-        raise ValueError(f"softcap must be a float, got {softcap!r}")
-    if softcap != 0.0:
-        raise NotImplementedError(f"softcap is not supported yet (softcap={softcap}); pass softcap=0.0")
-    if alibi_slopes is not None:
-        raise NotImplementedError("ALiBi (alibi_slopes) is not supported yet; pass alibi_slopes=None")
-    _check_flag("deterministic", deterministic)  # either value: the backward is always deterministic
+    if min(window) < -1:
+        raise ValueError(f"window_size values must be >= -1 (-1: unbounded), got {window_size!r}")
+    if not _is_real(softcap) or not math.isfinite(softcap) or softcap < 0:
+        raise ValueError(f"softcap must be a finite float >= 0 (0: off), got {softcap!r}")
+    if alibi_slopes is not None and not isinstance(alibi_slopes, torch.Tensor):
+        raise ValueError(f"alibi_slopes must be a torch.Tensor or None, got {type(alibi_slopes).__name__}")
+    _check_flag("deterministic", deterministic)  # either value: the default backward is deterministic
     _check_flag("return_attn_probs", return_attn_probs)
     if block_table is not None:
         raise NotImplementedError("the paged KV cache (block_table) is not supported yet; pass block_table=None")
+
+
+def _features(dropout_p, window_size, softcap, alibi_slopes, max_seqlen_k):
+    """flash_attention's keyword arguments for the features, with flash-attn's window rule:
+    a bound of at least (max_)seqlen_k means unbounded (-1)."""
+    left, right = (-1 if w >= max_seqlen_k else int(w) for w in window_size)
+    return dict(dropout_p=float(dropout_p), window_size=(left, right), softcap=float(softcap),
+                alibi_slopes=alibi_slopes)
 
 
 def _check_rank(rank, layout, **tensors):
@@ -106,22 +111,27 @@ def _check_packed(name, t, rank, dim, count, layout):
         raise ValueError(f"{name} must have size {count} in dim {dim} {layout}, got shape {tuple(t.shape)}")
 
 
-def _result(out, lse, return_attn_probs):
+def _result(out, lse, s_dmask, return_attn_probs):
     if not return_attn_probs:
         return out
-    # flash-attn fills S_dmask only with dropout and otherwise returns this empty tensor.
-    return out, lse, out.new_empty((0,))
+    # flash-attn writes +inf for the lse of a row that sees no key (flash_attention: -inf).
+    lse = lse.masked_fill(lse == float("-inf"), float("inf"))
+    # flash-attn fills S_dmask only with dropout and otherwise returns an empty tensor.
+    return out, lse, s_dmask if s_dmask is not None else out.new_empty((0,))
 
 
 # --------------------------------------------------------------------------------------------
 # Dense: one launch on transposed views.
 # --------------------------------------------------------------------------------------------
 
-def _dense(q, k, v, softmax_scale, causal, return_attn_probs):
+def _dense(q, k, v, softmax_scale, causal, return_attn_probs, dropout_p, window_size, softcap, alibi_slopes):
     """q (B, Nq, H, D), k/v (B, Nk, Hkv, D) -> out (B, Nq, H, D), lse (B, H, Nq); no copies."""
-    out, lse = flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=bool(causal),
-                               softmax_scale=softmax_scale, return_lse=True)
-    return _result(out.transpose(1, 2), lse, return_attn_probs)
+    features = _features(dropout_p, window_size, softcap, alibi_slopes, k.shape[1])
+    want_probs = bool(return_attn_probs) and dropout_p > 0
+    out, lse, *probs = flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=bool(causal),
+                                       softmax_scale=softmax_scale, return_lse=True, return_probs=want_probs,
+                                       **features)
+    return _result(out.transpose(1, 2), lse, probs[0] if probs else None, return_attn_probs)
 
 
 # --------------------------------------------------------------------------------------------
@@ -153,11 +163,14 @@ def _sequence_bounds(name, cu_seqlens, total, tensor_name, max_name, max_seqlen)
 
 
 def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-            return_attn_probs):
+            return_attn_probs, dropout_p, window_size, softcap, alibi_slopes):
     """q (total_q, H, D), k/v (total_k, Hkv, D) -> out (total_q, H, D), lse (H, total_q).
 
     Each sequence runs through the dense kernels on (1, H, n, D) views of its slice; autograd
-    carries the gradients back through torch.cat and the slices.
+    carries the gradients back through torch.cat and the slices. (B, H) ALiBi slopes give
+    sequence b the row b; each sequence draws its own dropout seed, so masks are independent.
+    With dropout and return_attn_probs, S_dmask is (B, H, max_seqlen_q, max_seqlen_k), each
+    sequence's block at the top left, zeros elsewhere.
     """
     _check_rank(3, "(total_tokens, heads, head_dim)", q=q, k=k, v=v)
     # dtype, device, heads and head dim: the dense checks on views of the whole batch
@@ -166,6 +179,13 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sof
     bounds_k = _sequence_bounds("cu_seqlens_k", cu_seqlens_k, k.shape[0], "k", "max_seqlen_k", max_seqlen_k)
     if len(bounds_q) != len(bounds_k):
         raise ValueError(f"cu_seqlens_q holds {len(bounds_q)} sequences and cu_seqlens_k {len(bounds_k)}")
+    batch, heads = len(bounds_q), q.shape[1]
+    if alibi_slopes is not None and alibi_slopes.dim() == 2 and tuple(alibi_slopes.shape) != (batch, heads):
+        raise ValueError(f"alibi_slopes must have shape (nheads,) = ({heads},) or (batch_size, nheads) = "
+                         f"({batch}, {heads}), got {tuple(alibi_slopes.shape)}")
+    want_probs = bool(return_attn_probs) and dropout_p > 0
+    s_dmask = (q.new_zeros((batch, heads, max_seqlen_q, max_seqlen_k), dtype=torch.float32) if want_probs
+               else None)
 
     outs, lses = [], []
     for i, ((q0, q1), (k0, k1)) in enumerate(zip(bounds_q, bounds_k)):
@@ -173,14 +193,21 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sof
             continue
         if k1 == k0:
             raise ValueError(f"sequence {i} has {q1 - q0} queries but no keys")
-        out, lse = flash_attention(q[q0:q1].unsqueeze(0).transpose(1, 2), k[k0:k1].unsqueeze(0).transpose(1, 2),
-                                   v[k0:k1].unsqueeze(0).transpose(1, 2), causal=bool(causal),
-                                   softmax_scale=softmax_scale, return_lse=True)
+        slopes = alibi_slopes[i] if alibi_slopes is not None and alibi_slopes.dim() == 2 else alibi_slopes
+        features = _features(dropout_p, window_size, softcap, slopes, max_seqlen_k)
+        out, lse, *probs = flash_attention(q[q0:q1].unsqueeze(0).transpose(1, 2),
+                                           k[k0:k1].unsqueeze(0).transpose(1, 2),
+                                           v[k0:k1].unsqueeze(0).transpose(1, 2), causal=bool(causal),
+                                           softmax_scale=softmax_scale, return_lse=True, return_probs=want_probs,
+                                           **features)
         outs.append(out[0].transpose(0, 1))  # (n, H, D)
         lses.append(lse[0])  # (H, n)
+        if want_probs:
+            s_dmask[i, :, :q1 - q0, :k1 - k0] = probs[0][0]
     if not outs:  # no query tokens at all
-        return _result(torch.empty_like(q), q.new_empty((q.shape[1], 0), dtype=torch.float32), return_attn_probs)
-    return _result(torch.cat(outs), torch.cat(lses, dim=1), return_attn_probs)
+        return _result(torch.empty_like(q), q.new_empty((q.shape[1], 0), dtype=torch.float32), s_dmask,
+                       return_attn_probs)
+    return _result(torch.cat(outs), torch.cat(lses, dim=1), s_dmask, return_attn_probs)
 
 
 # --------------------------------------------------------------------------------------------
@@ -208,7 +235,7 @@ def flash_attn_qkvpacked_func(
                    return_attn_probs)
     _check_packed("qkv", qkv, 5, 2, 3, "(batch, seqlen, 3, heads, head_dim)")
     q, k, v = qkv.unbind(2)
-    return _dense(q, k, v, softmax_scale, causal, return_attn_probs)
+    return _dense(q, k, v, softmax_scale, causal, return_attn_probs, dropout_p, window_size, softcap, alibi_slopes)
 
 
 def flash_attn_kvpacked_func(
@@ -233,7 +260,7 @@ def flash_attn_kvpacked_func(
     _check_rank(4, "(batch, seqlen, heads, head_dim)", q=q)
     _check_packed("kv", kv, 5, 2, 2, "(batch, seqlen, 2, heads, head_dim)")
     k, v = kv.unbind(2)
-    return _dense(q, k, v, softmax_scale, causal, return_attn_probs)
+    return _dense(q, k, v, softmax_scale, causal, return_attn_probs, dropout_p, window_size, softcap, alibi_slopes)
 
 
 def flash_attn_func(
@@ -270,7 +297,7 @@ def flash_attn_func(
     _check_options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                    return_attn_probs)
     _check_rank(4, "(batch, seqlen, heads, head_dim)", q=q, k=k, v=v)
-    return _dense(q, k, v, softmax_scale, causal, return_attn_probs)
+    return _dense(q, k, v, softmax_scale, causal, return_attn_probs, dropout_p, window_size, softcap, alibi_slopes)
 
 
 def flash_attn_varlen_qkvpacked_func(
@@ -296,7 +323,7 @@ def flash_attn_varlen_qkvpacked_func(
     _check_packed("qkv", qkv, 4, 1, 3, "(total_tokens, 3, heads, head_dim)")
     q, k, v = qkv.unbind(1)
     return _varlen(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, softmax_scale, causal,
-                   return_attn_probs)
+                   return_attn_probs, dropout_p, window_size, softcap, alibi_slopes)
 
 
 def flash_attn_varlen_kvpacked_func(
@@ -324,7 +351,7 @@ def flash_attn_varlen_kvpacked_func(
     _check_packed("kv", kv, 4, 1, 2, "(total_tokens, 2, heads, head_dim)")
     k, v = kv.unbind(1)
     return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                   return_attn_probs)
+                   return_attn_probs, dropout_p, window_size, softcap, alibi_slopes)
 
 
 def flash_attn_varlen_func(
@@ -361,4 +388,4 @@ def flash_attn_varlen_func(
     _check_options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                    return_attn_probs, block_table)
     return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                   return_attn_probs)
+                   return_attn_probs, dropout_p, window_size, softcap, alibi_slopes)
