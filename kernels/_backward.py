@@ -209,7 +209,7 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQacc, Scores, Lse, Delta,
         lse_ptr = Lse + off_hz * N_Q
         slope_log2 = 0.0
         if ALIBI:
-            slope_log2 = tl.load(Alibi + off_z * stride_az + off_h * stride_ah).to(tl.float32) * LOG2E
+            slope_log2 = tl.load(Alibi + off_z * stride_az + off_h * stride_ah).to(tl.float32) * 1.4426950408889634
         delta_ptr = Delta + off_hz * N_Q
         # Diagonal band (causal): masked.
         dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_ptrs + lo64 * stride_qm, do_ptrs + lo64 * stride_dom,
@@ -334,7 +334,7 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, Scores, Lse, Delta,
 
     slope_log2 = 0.0
     if ALIBI:
-        slope_log2 = tl.load(Alibi + off_z * stride_az + off_h * stride_ah).to(tl.float32) * LOG2E
+        slope_log2 = tl.load(Alibi + off_z * stride_az + off_h * stride_ah).to(tl.float32) * 1.4426950408889634
     seed = 0
     if DROPOUT:
         seed = tl.load(Seed)

@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 
 LOG2E = 1.4426950408889634
+_LOG2E = tl.constexpr(LOG2E)  # for use inside @triton.jit code
 
 
 @triton.jit
@@ -37,7 +38,7 @@ def _visible(i, j, N_Q, N_K, win_left, win_right, CHECK_M: tl.constexpr, CAUSAL:
 
 @triton.jit
 def _tanh(x):
-    e = tl.math.exp2(tl.abs(x) * (-2.0 * LOG2E))
+    e = tl.math.exp2(tl.abs(x) * (-2.0 * _LOG2E))
     t = (1.0 - e) / (1.0 + e)
     return tl.where(x < 0, -t, t)
 

@@ -169,7 +169,7 @@ def _attn_fwd_block(Q, K, V, Out, Lse, Scores, start_m, off_hz,
 
     slope_log2 = 0.0
     if ALIBI:
-        slope_log2 = tl.load(Alibi + off_z * stride_az + off_h * stride_ah).to(tl.float32) * LOG2E
+        slope_log2 = tl.load(Alibi + off_z * stride_az + off_h * stride_ah).to(tl.float32) * 1.4426950408889634
     seed = 0
     if DROPOUT:
         seed = tl.load(Seed)
@@ -343,10 +343,10 @@ def _attn_probs(Q, K, Lse, Probs,
     rows = tl.cast(offs_m, tl.int64)
     q = _load_tile(Q + off_z * stride_qz + off_h * stride_qh + rows[:, None] * stride_qm + offs_d[None, :] * stride_qd,
                    offs_m, N_Q, offs_d, HEAD_DIM, True, True)
-    lse = tl.load(Lse + tl.cast(off_hz, tl.int64) * N_Q + offs_m, mask=offs_m < N_Q, other=0.0) * LOG2E
+    lse = tl.load(Lse + tl.cast(off_hz, tl.int64) * N_Q + offs_m, mask=offs_m < N_Q, other=0.0) * 1.4426950408889634
     slope_log2 = 0.0
     if ALIBI:
-        slope_log2 = tl.load(Alibi + off_z * stride_az + off_h * stride_ah).to(tl.float32) * LOG2E
+        slope_log2 = tl.load(Alibi + off_z * stride_az + off_h * stride_ah).to(tl.float32) * 1.4426950408889634
     seed = 0
     if DROPOUT:
         seed = tl.load(Seed)
