@@ -9,6 +9,14 @@ Three launches, as in the FlashAttention-2 paper's Algorithm 2 with dQ split out
   3. `_attn_bwd_dq`: one program per (query block, batch x head) walking the key blocks, so
      every dQ element is written once by one program: the result is bitwise deterministic.
 
+Training features, the forward's compile-time switches, with the helpers of `_features.py`:
+  WINDOW   both kernels skip the tiles outside the window (the dK/dV kernel's query range and
+           the dQ kernel's key range come from the window bounds); boundary tiles are masked
+  SOFTCAP  dS is multiplied by 1 - tanh^2 (the chain rule through the cap)
+  ALIBI    the bias enters P; it is not differentiated (the slopes get no gradient)
+  DROPOUT  the mask is regenerated from the seed: dV uses the kept P / (1 - p), and
+           dS = P * (dP_kept / (1 - p) - delta) with delta = rowsum(dO * O)
+
 Switches for the ablations:
   ATOMIC_DQ=True    the dK/dV kernel also adds each block's dQ contribution with float32
                     atomics (the paper's scheme; non-deterministic) and launch 3 is skipped

@@ -10,6 +10,17 @@ j <= i + Nk - Nq. Key tiles wholly above that diagonal are skipped; tiles wholly
 the unmasked loop; only the band in between pays for the mask. Query rows that see no key at
 all (Nq > Nk) get an output of zero and a log-sum-exp of -inf.
 
+Training features (compile-time switches; the score transform and the masks are the shared
+helpers of `_features.py`, also used by the backward):
+  WINDOW   sliding window (left, right) aligned to the bottom-right corner. Key tiles outside
+           every row's window are skipped by the loop bounds; the block walks [lo, a) masked,
+           [a, b) unmasked, [b, hi) masked. Rows whose window holds no key give 0 and lse -inf.
+  SOFTCAP  scores = softcap * tanh(scale * q.k / softcap)
+  ALIBI    scores -= slope * |i + Nk - Nq - j| (slopes (B, H) float32, stride 0 over B for (H,))
+  DROPOUT  Philox keep mask on P after the row sums: l and lse are those of the undropped P,
+           the output is scaled by 1 / (1 - p). `attention_probs` is a slow debug kernel that
+           writes P with dropped entries negated (flash-attn's S_dmask convention).
+
 Switches for the ablations (compile-time constants, so the default path pays nothing):
   DEFERRED_RESCALE=False  rescale and normalise the accumulator on every step (FlashAttention-1)
   SEQ_PARALLEL=False      one program per (batch, head) looping over all query blocks

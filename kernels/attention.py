@@ -9,6 +9,12 @@ The forward and backward launches are registered as custom ops (`flash_attn_trit
 ties them together, so `torch.compile(..., fullgraph=True)` traces a model that calls
 `flash_attention` without a graph break.
 
+The training features of flash-attn 2.8 (sliding window, softcap, ALiBi, dropout) are keyword
+arguments too. Everything that is not a tensor travels to the ops as one `AttentionOptions`
+(kernels/options.py) encoded as a string; the ALiBi slopes and the dropout seed travel as
+optional tensors. The seed is drawn here, outside the ops, from torch's default generator, and
+the same seed reaches both passes.
+
 Every switch of the ablations is a keyword argument here (see `flash_attention`); none of them
 changes the result beyond rounding, except that `atomic_dq=True` gives up bitwise determinism.
 `algorithm="fa1"` swaps both passes for FlashAttention-1's own kernels (`_fa1.py`: one program
@@ -195,8 +201,9 @@ def _check_alibi(alibi_slopes, q: torch.Tensor) -> torch.Tensor | None:
 
 
 def _draw_dropout_seed(device: torch.device) -> torch.Tensor:
-    """One Philox seed from torch's default CPU generator, so torch.manual_seed reproduces the mask."""
-    return torch.randint(0, 2**62, (1,), dtype=torch.int64).to(device)
+    """One Philox seed from torch's default generator of `device` (drawn there: no host-device
+    copy), so torch.manual_seed reproduces the mask."""
+    return torch.randint(0, 2**62, (1,), dtype=torch.int64, device=device)
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -226,9 +233,10 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         alibi_slopes: float32 (H,) or (B, H): adds -slope * |i + Nk - Nq - j| to the (scaled,
             capped) scores, with or without causal. It gets no gradient.
         dropout_p: in [0, 1): drops each probability with this chance and scales the rest by
-            1 / (1 - dropout_p); the mask comes from Philox, seeded from torch's default CPU
-            generator (torch.manual_seed reproduces it) and regenerated in the backward, never
-            stored. lse is that of the undropped softmax.
+            1 / (1 - dropout_p); the mask comes from Philox (counters: key, query, batch x head),
+            seeded by one draw from torch's default generator of q's device (torch.manual_seed
+            reproduces it), regenerated in the backward, never stored. lse is that of the
+            undropped softmax.
         return_probs: also return (last) the probabilities the forward used, (B, H, Nq, Nk)
             float32, 0 where masked and negated where dropout dropped them (flash-attn's S_dmask
             convention: the kept mask is probs >= 0). A slow debug launch; for tests.

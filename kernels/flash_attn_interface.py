@@ -16,22 +16,38 @@ q (total_q, H, D), k/v (total_k, Hkv, D), with int32 offsets cu_seqlens (B + 1,)
 functions run the kernels on transposed views, without copies. Causal masks are aligned to the
 bottom-right corner (per sequence for varlen); query rows that see no key give zeros.
 
-Not supported yet, and refused with NotImplementedError rather than ignored: dropout
-(dropout_p != 0), sliding-window attention (window_size other than (-1, -1)), softcap
-(softcap != 0), ALiBi (alibi_slopes) and the paged KV cache of the varlen function
-(block_table). `deterministic` is accepted with either value: the backward is always
-deterministic here (dQ has its own kernel, no atomics).
+Training features, in the kernels forward and backward, with flash-attn's semantics:
+- dropout_p: Philox dropout; each call draws a fresh seed from torch's default generator of the
+  inputs' device (torch.manual_seed reproduces it); each varlen sequence draws its own.
+- window_size=(left, right): query i sees key j iff i + Nk - Nq - left <= j <= i + Nk - Nq +
+  right, -1 unbounded; causal=True sets right = 0. As flash-attn's C++ does, a bound of at
+  least seqlen_k (max_seqlen_k for varlen) counts as -1. Bounds below -1 are refused.
+- softcap > 0: scores = softcap * tanh(scale * q.k / softcap), then the softmax.
+- alibi_slopes: float32 (H,) or (B, H); adds -slope * |i + Nk - Nq - j| to the scores (varlen:
+  sequence b uses row b of (B, H) slopes).
+- deterministic: either value is accepted and both give the same bitwise-deterministic backward
+  (dQ has its own kernel, no atomics); flash-attn uses it to choose between atomic and
+  deterministic dQ accumulation, and this engine only has the deterministic one here
+  (`kernels.flash_attention(..., atomic_dq=True)` is the non-deterministic ablation).
+The paged KV cache of the varlen function (block_table) is not supported yet and is refused
+with NotImplementedError rather than ignored.
 
 Differences from flash-attn that a caller may notice:
 - Bad input raises ValueError naming the problem, as `kernels.flash_attention` does, where
   flash-attn's C++ checks raise RuntimeError. Inputs flash-attn quietly copies (a last dim
   that is not contiguous) are read in place here.
-- `return_attn_probs=True` returns (out, softmax_lse, S_dmask) like flash-attn. flash-attn fills
-  S_dmask only when dropout is on and otherwise returns an empty tensor; without dropout
-  (the only case here) S_dmask is that same empty tensor, shape (0,). softmax_lse is float32,
-  (B, H, Nq) for the dense functions and (H, total_q) for varlen, and carries no gradient.
-  For a query row that sees no key it is -inf here (the log of an empty sum) where
-  flash-attn's kernel writes +inf.
+- `return_attn_probs=True` returns (out, softmax_lse, S_dmask) like flash-attn. S_dmask is
+  filled only with dropout (otherwise an empty tensor, shape (0,), as flash-attn returns): the
+  softmax probabilities, 0 where masked, negated where dropout dropped them, so
+  `S_dmask >= 0` is the keep mask. Its shape is (B, H, Nq, Nk) (varlen: (B, H, max_seqlen_q,
+  max_seqlen_k), each sequence at the top left), not padded to multiples of 128 as flash-attn's
+  is, and it holds the normalised probabilities where flash-attn's holds them relative to a
+  running max. softmax_lse is float32, (B, H, Nq) for the dense functions and (H, total_q)
+  for varlen, and carries no gradient; for a query row that sees no key it is +inf, as
+  flash-attn's kernel writes (`kernels.flash_attention` returns -inf there).
+- With causal ALiBi, flash-attn's kernel adds slope * j instead of -slope * |i + Nk - Nq - j|
+  (the same softmax: the two differ by a constant per row), so its softmax_lse differs from
+  ours by that constant; out and the gradients are the same.
 - Varlen checks its offsets on the host: cu_seqlens must start at 0, not decrease and end at
   the number of tokens, and max_seqlen must be at least the longest sequence. A sequence with
   queries but no keys is refused, as `flash_attention` refuses seqlen_k = 0.
@@ -281,16 +297,17 @@ def flash_attn_func(
     Args:
         q, k, v: float16 or bfloat16, any strides (no copies are made); H a multiple of Hkv
             (grouped- and multi-query attention); head dim between 1 and 256.
-        dropout_p: must be 0.0 (dropout is not supported yet: NotImplementedError).
+        dropout_p: probability of dropping each attention probability, in [0, 1).
         softmax_scale: scale of q k^T before the softmax; defaults to 1 / sqrt(head_dim).
         causal: mask aligned to the bottom-right corner: query i sees keys j <= i + Nk - Nq.
             Rows that see no key give zeros.
-        window_size: must be (-1, -1) (sliding windows are not supported yet).
-        softcap: must be 0.0 (not supported yet).
-        alibi_slopes: must be None (ALiBi is not supported yet).
+        window_size: (left, right) sliding window, -1 unbounded (see the module docstring).
+        softcap: > 0 caps the scores with softcap * tanh(scores / softcap); 0 is off.
+        alibi_slopes: None, or float32 (H,) or (B, H) ALiBi slopes.
         deterministic: accepted with either value; the backward is always deterministic here.
-        return_attn_probs: also return softmax_lse (B, H, Nq), float32, no gradient, and
-            S_dmask, an empty tensor as flash-attn returns without dropout.
+        return_attn_probs: also return softmax_lse (B, H, Nq), float32, no gradient (+inf for
+            rows that see no key), and S_dmask: with dropout the probabilities with dropped
+            entries negated, (B, H, Nq, Nk); without, an empty tensor as flash-attn returns.
 
     Returns out, or (out, softmax_lse, S_dmask) with return_attn_probs.
     """

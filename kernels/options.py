@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 
 import torch
 
@@ -46,8 +47,7 @@ class AttentionOptions:
 
     @classmethod
     def decode(cls, text: str) -> "AttentionOptions":
-        pairs = (item.split("=", 1) for item in text.split(";"))
-        return cls(**{name: ast.literal_eval(value) for name, value in pairs})
+        return _decode(text)
 
     # ---- what the kernels see -------------------------------------------------------------
     @property
@@ -95,6 +95,13 @@ class AttentionOptions:
 
 
 _FIELDS = tuple(field.name for field in dataclasses.fields(AttentionOptions))
+
+
+@functools.lru_cache(maxsize=1024)
+def _decode(text: str) -> AttentionOptions:
+    """Parsing takes ~0.1 ms; a training loop repeats a handful of option strings, so cache them."""
+    pairs = (item.split("=", 1) for item in text.split(";"))
+    return AttentionOptions(**{name: ast.literal_eval(value) for name, value in pairs})
 
 
 def feature_switches(args: dict) -> tuple:
