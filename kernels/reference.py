@@ -56,12 +56,12 @@ def _scores(q, k, causal, softmax_scale, window_size=(-1, -1), softcap=0.0, alib
     return scores
 
 
-def _weighted_values(probs, v, causal, n_q, n_k, dropout_mask=None, dropout_p=0.0):
+def _weighted_values(probs, v, causal, n_q, n_k, dropout_mask=None, dropout_p=0.0, window_size=(-1, -1)):
     group = probs.shape[1] // v.shape[1]
     if group > 1:
         v = v.repeat_interleave(group, dim=1)
-    # rows that see no key: softmax of all -inf is NaN, we define 0
-    probs = probs.nan_to_num(0.0)
+    if (causal and n_q > n_k) or window_size[0] >= 0 or window_size[1] >= 0:
+        probs = probs.nan_to_num(0.0)  # rows that see no key: softmax of all -inf is NaN, we define 0
     if dropout_mask is not None:
         probs = probs.masked_fill(~dropout_mask, 0.0) / (1.0 - dropout_p)
     return torch.matmul(probs.to(v.dtype), v)
@@ -89,5 +89,6 @@ def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causa
         q, k, v = q.double(), k.double(), v.double()
     scores = _scores(q, k, causal, softmax_scale, window_size, softcap, alibi_slopes)
     lse = torch.logsumexp(scores if upcast else scores.float(), dim=-1)
-    out = _weighted_values(torch.softmax(scores, dim=-1), v, causal, q.shape[2], k.shape[2], dropout_mask, dropout_p)
+    out = _weighted_values(torch.softmax(scores, dim=-1), v, causal, q.shape[2], k.shape[2], dropout_mask, dropout_p,
+                           window_size)
     return out, lse
