@@ -130,6 +130,16 @@ def test_feature_matches_reference(name, shape, causal, features, dtype, tiles, 
     check_features(q, k, v, causal, dropout_p, switches=SMALL_TILES if tiles == "small" else None, **features)
 
 
+def _assert_same(a, b, what):
+    """Bitwise on the interpreter; on a GPU the compiler may contract a multiply and a subtract
+    into an FMA in the unmasked loop but not in the masked one, so allow a last-bit difference
+    there (a dropped key changes results by about its probability, over 1e-2 here)."""
+    if HAS_CUDA:
+        torch.testing.assert_close(a, b, rtol=2e-3, atol=2e-3, msg=what)
+    else:
+        assert torch.equal(a, b), what
+
+
 # Nk - Nq = +-16: each bound of the skipped and the unmasked ranges falls on a tile edge for
 # one of left, right = 0, 1, 14, 15 (mod 16); Nk is whole tiles, so the unmasked range runs.
 @pytest.mark.parametrize("left", [-1, 0, 1, 14, 15])
@@ -139,7 +149,8 @@ def test_window_bounds_at_every_tile_offset(n_q, n_k, left):
 
     Output and lse go against the reference; the gradients against the same kernels with
     skip_masked_tiles=False, which visit every tile and mask it: skipped tiles only ever
-    add exact zeros, so the two agree bitwise unless a bound drops a visible tile. (Against
+    add exact zeros, so the two agree (bitwise on the interpreter) unless a bound drops a
+    visible tile or leaves a partly visible one unmasked. (Against
     the reference, rows that see one or two keys make dq sensitive to the fp16 rounding of O
     in delta = rowsum(dO * O), in flash-attn as here; test_feature_matches_reference covers it.)
     """
@@ -155,9 +166,9 @@ def test_window_bounds_at_every_tile_offset(n_q, n_k, left):
         assert_close_to_reference(f"lse {window}", lse, low_lse, ref_lse)
         grads = torch.autograd.grad(out, (q, k, v), d_out)
         full = flash_attention(q, k, v, window_size=window, skip_masked_tiles=False, **tiles)
-        assert torch.equal(out, full), window
-        for name, a, b in zip(("dq", "dk", "dv"), grads, torch.autograd.grad(full, (q, k, v), d_out)):
-            assert torch.equal(a, b), (name, window)
+        for name, a, b in zip(("out", "dq", "dk", "dv"), (out, *grads),
+                              (full, *torch.autograd.grad(full, (q, k, v), d_out))):
+            _assert_same(a, b, f"{name} {window}")
 
 
 SWITCHES = [dict(seq_parallel=False), dict(deferred_rescale=False), dict(skip_masked_tiles=False),
