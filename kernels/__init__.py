@@ -8,7 +8,9 @@
     o = flash_attn_func(q, k, v, 0.0, causal=True)      # dropout_p is the 4th argument, as there
 
 Layout: `_forward.py` and `_backward.py` hold the Triton kernels and their launchers,
-`_fa1.py` the FlashAttention-1 kernels behind `algorithm="fa1"`, `attention.py` the checks,
+`_fa1.py` the FlashAttention-1 kernels behind `algorithm="fa1"`, `_features.py` the score
+transform and masks (window, softcap, ALiBi, dropout) both passes share, `options.py` the one
+options value the ops carry, `attention.py` the checks,
 the torch.library ops and autograd, `flash_attn_interface.py` flash-attn's six public functions
 (dense, packed, varlen) over them, `tiles.py` the tile configs, `reference.py` the float64
 reference and standard attention. Nothing here knows about the experiments.

@@ -9,6 +9,14 @@ Three launches, as in the FlashAttention-2 paper's Algorithm 2 with dQ split out
   3. `_attn_bwd_dq`: one program per (query block, batch x head) walking the key blocks, so
      every dQ element is written once by one program: the result is bitwise deterministic.
 
+Training features, the forward's compile-time switches, with the helpers of `_features.py`:
+  WINDOW   both kernels skip the tiles outside the window (the dK/dV kernel's query range and
+           the dQ kernel's key range come from the window bounds); boundary tiles are masked
+  SOFTCAP  dS is multiplied by 1 - tanh^2 (the chain rule through the cap)
+  ALIBI    the bias enters P; it is not differentiated (the slopes get no gradient)
+  DROPOUT  the mask is regenerated from the seed: dV uses the kept P / (1 - p), and
+           dS = P * (dP_kept / (1 - p) - delta) with delta = rowsum(dO * O)
+
 Switches for the ablations:
   ATOMIC_DQ=True    the dK/dV kernel also adds each block's dQ contribution with float32
                     atomics (the paper's scheme; non-deterministic) and launch 3 is skipped
@@ -24,7 +32,10 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._forward import LOG2E, _causal_key_bounds, _load_tile
+from kernels._features import (LOG2E, _dropout_keep, _scores, _visible, _window_key_bounds,
+                               _window_query_bounds)
+from kernels._forward import _causal_key_bounds, _load_tile
+from kernels.options import AttentionOptions, feature_switches
 from kernels.tiles import TileConfig, launch_fitting, padded_head_dim
 
 
@@ -54,9 +65,11 @@ def _attn_bwd_delta(Out, DO, Delta,
 def _attn_bwd_dkdv_inner(dk, dv, k, v, q_ptrs, do_ptrs, dq_ptrs, s_ptrs, lse_ptr, delta_ptr,
                          start_n, offs_n, offs_d, start, end, qk_scale, sm_scale, N_Q, N_K,
                          stride_qm, stride_dom, stride_dqm,
+                         off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
                          HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
                          CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
-                         ATOMIC_DQ: tl.constexpr, USE_SCORES: tl.constexpr):
+                         ATOMIC_DQ: tl.constexpr, USE_SCORES: tl.constexpr,
+                         WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DROPOUT: tl.constexpr):
     """Accumulate dK, dV of one key block over query blocks [start, end) of one head.
 
     Works on the transposed tiles (keys x queries) so the dK, dV products need no transpose
@@ -76,18 +89,27 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, q_ptrs, do_ptrs, dq_ptrs, s_ptrs, lse_ptr
             s_t = tl.load(s_ptrs + tl.cast(start_m, tl.int64) * N_K,
                           mask=(offs_n[:, None] < N_K) & (offs_m[None, :] < N_Q), other=0.0)
             p_t = tl.math.exp2(s_t - lse[None, :] * 1.4426950408889634)
+        elif SOFTCAP or ALIBI:
+            s_t, tanh_t = _scores(tl.dot(k, tl.trans(q)), offs_m[None, :], offs_n[:, None], qk_scale, softcap_scale,
+                                  softcap_log2, slope_log2, N_Q, N_K, SOFTCAP, ALIBI)
+            p_t = tl.math.exp2(s_t - lse[None, :] * 1.4426950408889634)
         else:
             qk_t = tl.dot(k, tl.trans(q))
             p_t = tl.math.exp2(qk_t * qk_scale - lse[None, :] * 1.4426950408889634)
         if MASK:
-            visible = (offs_m[None, :] < N_Q) & (offs_n[:, None] < N_K)
-            if CAUSAL:
-                visible = visible & (offs_n[:, None] <= offs_m[None, :] + (N_K - N_Q))
+            visible = _visible(offs_m[None, :], offs_n[:, None], N_Q, N_K, win_left, win_right, True, CAUSAL, WINDOW)
             p_t = tl.where(visible, p_t, 0.0)
         do = _load_tile(do_ptrs, offs_m, N_Q, offs_d, HEAD_DIM, MASK, not EVEN_D)
-        dv = tl.dot(p_t.to(do.dtype), do, dv)
-        dp_t = tl.dot(v, tl.trans(do))
+        if DROPOUT:  # dV sees the kept, rescaled P; dS uses the undropped P and the kept dP
+            keep_t = _dropout_keep(seed, off_hz, offs_m[None, :], offs_n[:, None], dropout_p)
+            dv = tl.dot(tl.where(keep_t, p_t * dropout_scale, 0.0).to(do.dtype), do, dv)
+            dp_t = tl.where(keep_t, tl.dot(v, tl.trans(do)) * dropout_scale, 0.0)
+        else:
+            dv = tl.dot(p_t.to(do.dtype), do, dv)
+            dp_t = tl.dot(v, tl.trans(do))
         ds_t = p_t * (dp_t - delta[None, :])
+        if SOFTCAP:  # d(softcap * tanh(x / softcap)) / dx = 1 - tanh^2
+            ds_t = ds_t * (1.0 - tanh_t * tanh_t)
         dk = tl.dot(ds_t.to(q.dtype), q, dk)
         if ATOMIC_DQ:
             dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k) * sm_scale
@@ -137,10 +159,12 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQacc, Scores, Lse, Delta,
                    stride_dkz, stride_dkh, stride_dkn, stride_dkd,
                    stride_dvz, stride_dvh, stride_dvn, stride_dvd,
                    H_KV, GROUP, N_Q, N_K, qk_scale, sm_scale,
+                   Alibi, stride_az, stride_ah, Seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
                    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    CAUSAL: tl.constexpr, SKIP_MASKED: tl.constexpr,
                    ATOMIC_DQ: tl.constexpr, USE_SCORES: tl.constexpr,
+                   WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DROPOUT: tl.constexpr,
                    EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr):
     tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16, "tl.dot needs tiles of at least 16")
     num_n_blocks = tl.cdiv(N_K, BLOCK_N)
@@ -163,7 +187,17 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQacc, Scores, Lse, Delta,
     dk = tl.zeros([BLOCK_N, HEAD_DIM_PAD], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM_PAD], dtype=tl.float32)
 
-    lo, mid, even_end = _query_bounds(start_n, N_Q, N_K, BLOCK_M, BLOCK_N, CAUSAL, SKIP_MASKED, EVEN_M)
+    if WINDOW:
+        # Query tiles outside the window of every key of the block are never visited:
+        # [lo, mid) masked, [mid, even_end) unmasked (unless the key block is ragged), [even_end, hi) masked.
+        lo, mid, even_end, hi = _window_query_bounds(start_n, N_Q, N_K, win_left, win_right, BLOCK_M, BLOCK_N,
+                                                     SKIP_MASKED)
+    else:
+        lo, mid, even_end = _query_bounds(start_n, N_Q, N_K, BLOCK_M, BLOCK_N, CAUSAL, SKIP_MASKED, EVEN_M)
+        hi = N_Q
+    seed = 0
+    if DROPOUT:
+        seed = tl.load(Seed)
     lo64 = tl.cast(lo, tl.int64)
     mid64 = tl.cast(mid, tl.int64)
     end64 = tl.cast(even_end, tl.int64)
@@ -181,25 +215,28 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQacc, Scores, Lse, Delta,
         if USE_SCORES:  # float32, contiguous (B, H, Nq, Nk); read transposed
             s_ptrs = Scores + off_hz * N_Q * N_K + offs_m0[None, :] * N_K + offs_n[:, None]
         lse_ptr = Lse + off_hz * N_Q
+        slope_log2 = 0.0
+        if ALIBI:
+            slope_log2 = tl.load(Alibi + off_z * stride_az + off_h * stride_ah).to(tl.float32) * 1.4426950408889634
         delta_ptr = Delta + off_hz * N_Q
         # Diagonal band (causal): masked.
         dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_ptrs + lo64 * stride_qm, do_ptrs + lo64 * stride_dom,
                                       dq_ptrs + lo64 * HEAD_DIM, s_ptrs, lse_ptr, delta_ptr,
                                       start_n, offs_n, offs_d, lo, mid, qk_scale, sm_scale, N_Q, N_K,
-                                      stride_qm, stride_dom, HEAD_DIM,
-                                      HEAD_DIM, BLOCK_M, True, CAUSAL, EVEN_D, ATOMIC_DQ, USE_SCORES)
+                                      stride_qm, stride_dom, HEAD_DIM, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
+                                      HEAD_DIM, BLOCK_M, True, CAUSAL, EVEN_D, ATOMIC_DQ, USE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT)
         # Rows that see the whole key block: unmasked, unless the key block itself is ragged.
         dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_ptrs + mid64 * stride_qm, do_ptrs + mid64 * stride_dom,
                                       dq_ptrs + mid64 * HEAD_DIM, s_ptrs, lse_ptr, delta_ptr,
                                       start_n, offs_n, offs_d, mid, even_end, qk_scale, sm_scale, N_Q, N_K,
-                                      stride_qm, stride_dom, HEAD_DIM,
-                                      HEAD_DIM, BLOCK_M, not EVEN_N, CAUSAL, EVEN_D, ATOMIC_DQ, USE_SCORES)
+                                      stride_qm, stride_dom, HEAD_DIM, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
+                                      HEAD_DIM, BLOCK_M, not EVEN_N, CAUSAL, EVEN_D, ATOMIC_DQ, USE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT)
         # The ragged last query block.
         dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_ptrs + end64 * stride_qm, do_ptrs + end64 * stride_dom,
                                       dq_ptrs + end64 * HEAD_DIM, s_ptrs, lse_ptr, delta_ptr,
-                                      start_n, offs_n, offs_d, even_end, N_Q, qk_scale, sm_scale, N_Q, N_K,
-                                      stride_qm, stride_dom, HEAD_DIM,
-                                      HEAD_DIM, BLOCK_M, True, CAUSAL, EVEN_D, ATOMIC_DQ, USE_SCORES)
+                                      start_n, offs_n, offs_d, even_end, hi, qk_scale, sm_scale, N_Q, N_K,
+                                      stride_qm, stride_dom, HEAD_DIM, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
+                                      HEAD_DIM, BLOCK_M, True, CAUSAL, EVEN_D, ATOMIC_DQ, USE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT)
 
     dk = dk * sm_scale
     store_mask = (offs_n[:, None] < N_K) & (offs_d[None, :] < HEAD_DIM)
@@ -212,8 +249,10 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQacc, Scores, Lse, Delta,
 @triton.jit
 def _attn_bwd_dq_inner(dq, q, do, lse, delta, k_ptrs, v_ptrs, s_ptrs, offs_m, offs_n, offs_d,
                        start, end, qk_scale, N_Q, N_K, stride_kn, stride_vn,
+                       off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
                        HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
-                       CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, USE_SCORES: tl.constexpr):
+                       CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, USE_SCORES: tl.constexpr,
+                       WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DROPOUT: tl.constexpr):
     """Accumulate dQ of one query block over key tiles [start, end); pointers at key `start`."""
     for start_n in tl.range(start, end, BLOCK_N):
         cols = start_n + offs_n
@@ -222,16 +261,23 @@ def _attn_bwd_dq_inner(dq, q, do, lse, delta, k_ptrs, v_ptrs, s_ptrs, offs_m, of
         if USE_SCORES:
             s = tl.load(s_ptrs + start_n, mask=(offs_m[:, None] < N_Q) & (cols[None, :] < N_K), other=0.0)
             p = tl.math.exp2(s - lse[:, None])
+        elif SOFTCAP or ALIBI:
+            s, tanh_s = _scores(tl.dot(q, tl.trans(k)), offs_m[:, None], cols[None, :], qk_scale, softcap_scale,
+                                softcap_log2, slope_log2, N_Q, N_K, SOFTCAP, ALIBI)
+            p = tl.math.exp2(s - lse[:, None])
         else:
             qk = tl.dot(q, tl.trans(k))
             p = tl.math.exp2(qk * qk_scale - lse[:, None])
         if MASK:
-            visible = cols[None, :] < N_K
-            if CAUSAL:
-                visible = visible & (cols[None, :] <= offs_m[:, None] + (N_K - N_Q))
+            visible = _visible(offs_m[:, None], cols[None, :], N_Q, N_K, win_left, win_right, False, CAUSAL, WINDOW)
             p = tl.where(visible, p, 0.0)
         dp = tl.dot(do, tl.trans(v))
+        if DROPOUT:
+            dp = tl.where(_dropout_keep(seed, off_hz, offs_m[:, None], cols[None, :], dropout_p),
+                          dp * dropout_scale, 0.0)
         ds = p * (dp - delta[:, None])
+        if SOFTCAP:
+            ds = ds * (1.0 - tanh_s * tanh_s)
         dq = tl.dot(ds.to(k.dtype), k, dq)
         k_ptrs += BLOCK_N * stride_kn
         v_ptrs += BLOCK_N * stride_vn
@@ -250,16 +296,18 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, Scores, Lse, Delta,
                  stride_doz, stride_doh, stride_dom, stride_dod,
                  stride_dqz, stride_dqh, stride_dqm, stride_dqd,
                  H, GROUP, N_Q, N_K, qk_scale, sm_scale,
+                 Alibi, stride_az, stride_ah, Seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
                  HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  CAUSAL: tl.constexpr, SKIP_MASKED: tl.constexpr, USE_SCORES: tl.constexpr,
+                 WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DROPOUT: tl.constexpr,
                  EVEN_M: tl.constexpr, EVEN_D: tl.constexpr):
     tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16, "tl.dot needs tiles of at least 16")
     num_m_blocks = tl.cdiv(N_Q, BLOCK_M)
     pid = tl.program_id(0)
     off_hz = pid // num_m_blocks
     start_m = pid % num_m_blocks
-    if CAUSAL:
+    if CAUSAL or WINDOW:
         start_m = num_m_blocks - 1 - start_m
     off_z = tl.cast(off_hz // H, tl.int64)
     off_h = off_hz % H
@@ -292,15 +340,35 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, Scores, Lse, Delta,
         s_ptrs = Scores + off_hz64 * N_Q * N_K + row0 * N_K + rel_m[:, None] * N_K + offs_n[None, :]
     dq = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
 
-    mid, hi = _causal_key_bounds(start_m, N_Q, N_K, BLOCK_M, BLOCK_N, CAUSAL, SKIP_MASKED)
-    dq = _attn_bwd_dq_inner(dq, q, do, lse, delta, k_ptrs, v_ptrs, s_ptrs, offs_m, offs_n, offs_d,
-                            0, mid, qk_scale, N_Q, N_K, stride_kn, stride_vn,
-                            HEAD_DIM, BLOCK_N, False, CAUSAL, EVEN_D, USE_SCORES)
-    mid64 = tl.cast(mid, tl.int64)
-    dq = _attn_bwd_dq_inner(dq, q, do, lse, delta, k_ptrs + mid64 * stride_kn, v_ptrs + mid64 * stride_vn,
-                            s_ptrs, offs_m, offs_n, offs_d,
-                            mid, hi, qk_scale, N_Q, N_K, stride_kn, stride_vn,
-                            HEAD_DIM, BLOCK_N, True, CAUSAL, EVEN_D, USE_SCORES)
+    slope_log2 = 0.0
+    if ALIBI:
+        slope_log2 = tl.load(Alibi + off_z * stride_az + off_h * stride_ah).to(tl.float32) * 1.4426950408889634
+    seed = 0
+    if DROPOUT:
+        seed = tl.load(Seed)
+    if WINDOW:  # key tiles outside every row's window are skipped; [a, b) needs no mask
+        lo, a, b, hi = _window_key_bounds(start_m, N_Q, N_K, win_left, win_right, BLOCK_M, BLOCK_N, SKIP_MASKED)
+        lo64 = tl.cast(lo, tl.int64)
+        a64 = tl.cast(a, tl.int64)
+        b64 = tl.cast(b, tl.int64)
+        dq = _attn_bwd_dq_inner(dq, q, do, lse, delta, k_ptrs + lo64 * stride_kn, v_ptrs + lo64 * stride_vn, s_ptrs, offs_m, offs_n, offs_d,
+                                lo, a, qk_scale, N_Q, N_K, stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
+                                HEAD_DIM, BLOCK_N, True, CAUSAL, EVEN_D, USE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT)
+        dq = _attn_bwd_dq_inner(dq, q, do, lse, delta, k_ptrs + a64 * stride_kn, v_ptrs + a64 * stride_vn, s_ptrs, offs_m, offs_n, offs_d,
+                                a, b, qk_scale, N_Q, N_K, stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
+                                HEAD_DIM, BLOCK_N, False, CAUSAL, EVEN_D, USE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT)
+        dq = _attn_bwd_dq_inner(dq, q, do, lse, delta, k_ptrs + b64 * stride_kn, v_ptrs + b64 * stride_vn, s_ptrs, offs_m, offs_n, offs_d,
+                                b, hi, qk_scale, N_Q, N_K, stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
+                                HEAD_DIM, BLOCK_N, True, CAUSAL, EVEN_D, USE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT)
+    else:
+        mid, hi = _causal_key_bounds(start_m, N_Q, N_K, BLOCK_M, BLOCK_N, CAUSAL, SKIP_MASKED)
+        dq = _attn_bwd_dq_inner(dq, q, do, lse, delta, k_ptrs, v_ptrs, s_ptrs, offs_m, offs_n, offs_d,
+                                0, mid, qk_scale, N_Q, N_K, stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
+                                HEAD_DIM, BLOCK_N, False, CAUSAL, EVEN_D, USE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT)
+        mid64 = tl.cast(mid, tl.int64)
+        dq = _attn_bwd_dq_inner(dq, q, do, lse, delta, k_ptrs + mid64 * stride_kn, v_ptrs + mid64 * stride_vn, s_ptrs, offs_m, offs_n, offs_d,
+                                mid, hi, qk_scale, N_Q, N_K, stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
+                                HEAD_DIM, BLOCK_N, True, CAUSAL, EVEN_D, USE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT)
     dq = dq * sm_scale
     tl.store(DQ + off_z * stride_dqz + off_h * stride_dqh + row0 * stride_dqm
              + rel_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd, dq.to(DQ.dtype.element_ty),
@@ -308,17 +376,19 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, Scores, Lse, Delta,
 
 
 def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                       lse: torch.Tensor, scores: torch.Tensor, softmax_scale: float, causal: bool,
-                       tiles: TileConfig, *, fit_tiles: bool = False, use_scores: bool = False,
-                       skip_masked_tiles: bool = True, atomic_dq: bool = False):
+                       lse: torch.Tensor, scores: torch.Tensor, opts: AttentionOptions,
+                       alibi_slopes: torch.Tensor | None = None, dropout_seed: torch.Tensor | None = None):
     """Launch the backward; returns (dq, dk, dv) shaped and strided like q, k, v where those are dense.
 
-    `fit_tiles`: step down from `tiles` where a kernel does not fit the GPU (default configs).
+    Tiles come from `opts.bwd_tiles`; `opts.fit_bwd_tiles` steps down where a kernel does not
+    fit the GPU (default configs). `not opts.recompute` reads the forward's `scores`.
     """
     batch, heads, n_q, head_dim = q.shape
     kv_heads, n_k = k.shape[1], k.shape[2]
     head_dim_pad = padded_head_dim(head_dim)
+    softmax_scale = opts.softmax_scale
     qk_scale = softmax_scale * LOG2E
+    atomic_dq, tiles, fit_tiles = opts.atomic_dq, TileConfig(*opts.bwd_tiles), opts.fit_bwd_tiles
     dq = torch.empty_like(q)
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
@@ -333,7 +403,8 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
         dq_acc = torch.empty((batch, heads, n_q, head_dim), device=q.device, dtype=torch.float32)
     else:
         dq_acc = torch.empty((0,), device=q.device, dtype=torch.float32)
-    switches = dict(CAUSAL=causal, SKIP_MASKED=skip_masked_tiles, USE_SCORES=use_scores)
+    features = opts.kernel_args(n_q, n_k, alibi_slopes, dropout_seed, delta)
+    switches = dict(SKIP_MASKED=opts.skip_masked_tiles, USE_SCORES=not opts.recompute)
 
     def launch_dkdv(config: TileConfig) -> None:
         if atomic_dq:
@@ -343,7 +414,7 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
             *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride(),
             kv_heads, heads // kv_heads, n_q, n_k, qk_scale, softmax_scale,
             HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
-            ATOMIC_DQ=atomic_dq, num_warps=config.num_warps, num_stages=config.num_stages, **switches)
+            ATOMIC_DQ=atomic_dq, num_warps=config.num_warps, num_stages=config.num_stages, **switches, **features)
 
     def launch_dq(config: TileConfig) -> None:
         # The mirrored tile: BLOCK_N queries resident, keys streamed BLOCK_M at a time.
@@ -352,9 +423,9 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
             *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(),
             heads, heads // kv_heads, n_q, n_k, qk_scale, softmax_scale,
             HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=config.block_n, BLOCK_N=config.block_m,
-            num_warps=config.num_warps, num_stages=config.num_stages, **switches)
+            num_warps=config.num_warps, num_stages=config.num_stages, **switches, **features)
 
-    key = (q.dtype, head_dim_pad, tuple(switches.items()))
+    key = (q.dtype, head_dim_pad, tuple(switches.items()) + feature_switches(features))
     launch_fitting(launch_dkdv, tiles, fit_tiles, ("bwd_dkdv", atomic_dq) + key)
     if atomic_dq:
         dq.copy_(dq_acc)

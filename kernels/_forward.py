@@ -10,6 +10,17 @@ j <= i + Nk - Nq. Key tiles wholly above that diagonal are skipped; tiles wholly
 the unmasked loop; only the band in between pays for the mask. Query rows that see no key at
 all (Nq > Nk) get an output of zero and a log-sum-exp of -inf.
 
+Training features (compile-time switches; the score transform and the masks are the shared
+helpers of `_features.py`, also used by the backward):
+  WINDOW   sliding window (left, right) aligned to the bottom-right corner. Key tiles outside
+           every row's window are skipped by the loop bounds; the block walks [lo, a) masked,
+           [a, b) unmasked, [b, hi) masked. Rows whose window holds no key give 0 and lse -inf.
+  SOFTCAP  scores = softcap * tanh(scale * q.k / softcap)
+  ALIBI    scores -= slope * |i + Nk - Nq - j| (slopes (B, H) float32, stride 0 over B for (H,))
+  DROPOUT  Philox keep mask on P after the row sums: l and lse are those of the undropped P,
+           the output is scaled by 1 / (1 - p). `attention_probs` is a slow debug kernel that
+           writes P with dropped entries negated (flash-attn's S_dmask convention).
+
 Switches for the ablations (compile-time constants, so the default path pays nothing):
   DEFERRED_RESCALE=False  rescale and normalise the accumulator on every step (FlashAttention-1)
   SEQ_PARALLEL=False      one program per (batch, head) looping over all query blocks
@@ -27,9 +38,10 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels._features import (LOG2E, _dropout_keep, _scores, _sees_a_key, _visible,  # noqa: F401
+                               _window_key_bounds)
+from kernels.options import AttentionOptions, feature_switches
 from kernels.tiles import TileConfig, launch_fitting, padded_head_dim
-
-LOG2E = 1.4426950408889634
 
 
 @triton.jit
@@ -73,9 +85,11 @@ def _causal_key_bounds(start_m, N_Q, N_K, BLOCK_M: tl.constexpr, BLOCK_N: tl.con
 def _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, s_ptrs, offs_m, offs_n, offs_d,
                     start, end, qk_scale, N_Q, N_K,
                     stride_kn, stride_vn,
+                    off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p,
                     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
                     CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
-                    DEFERRED_RESCALE: tl.constexpr, STORE_SCORES: tl.constexpr):
+                    DEFERRED_RESCALE: tl.constexpr, STORE_SCORES: tl.constexpr,
+                    WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DROPOUT: tl.constexpr):
     """Online softmax over key tiles [start, end); pointers are positioned at key `start`."""
     for start_n in tl.range(start, end, BLOCK_N):
         cols = start_n + offs_n
@@ -84,10 +98,17 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, s_ptrs, offs_m, offs_n, of
         if STORE_SCORES:
             tl.store(s_ptrs + start_n, qk * qk_scale,
                      mask=(offs_m[:, None] < N_Q) & (cols[None, :] < N_K))
-        if MASK:
-            visible = cols[None, :] < N_K
-            if CAUSAL:
-                visible = visible & (cols[None, :] <= offs_m[:, None] + (N_K - N_Q))
+        if SOFTCAP or ALIBI:
+            qk, _ = _scores(qk, offs_m[:, None], cols[None, :], qk_scale, softcap_scale, softcap_log2, slope_log2,
+                            N_Q, N_K, SOFTCAP, ALIBI)
+            if MASK:
+                visible = _visible(offs_m[:, None], cols[None, :], N_Q, N_K, win_left, win_right, False,
+                                   CAUSAL, WINDOW)
+                qk = tl.where(visible, qk, -1.0e6)
+            m_ij = tl.maximum(m_i, tl.max(qk, 1))
+            qk = qk - m_ij[:, None]
+        elif MASK:
+            visible = _visible(offs_m[:, None], cols[None, :], N_Q, N_K, win_left, win_right, False, CAUSAL, WINDOW)
             # A finite fill keeps fully-masked rows NaN-free; rows that see no key at all are
             # zeroed in the epilogue, every other row has a visible key that dominates it.
             qk = tl.where(visible, qk * qk_scale, -1.0e6)
@@ -100,6 +121,8 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, s_ptrs, offs_m, offs_n, of
         l_ij = tl.sum(p, 1)
         alpha = tl.math.exp2(m_i - m_ij)
         v = _load_tile(v_ptrs, cols, N_K, offs_d, HEAD_DIM, MASK, not EVEN_D)
+        if DROPOUT:  # l_i sums the undropped P; the output sees the kept entries only
+            p = tl.where(_dropout_keep(seed, off_hz, offs_m[:, None], cols[None, :], dropout_p), p, 0.0)
         if DEFERRED_RESCALE:
             acc = acc * alpha[:, None]
             acc = tl.dot(p.to(v.dtype), v, acc)
@@ -122,10 +145,13 @@ def _attn_fwd_block(Q, K, V, Out, Lse, Scores, start_m, off_hz,
                     stride_vz, stride_vh, stride_vn, stride_vd,
                     stride_oz, stride_oh, stride_om, stride_od,
                     H, GROUP, N_Q, N_K, qk_scale,
+                    Alibi, stride_az, stride_ah, Seed, win_left, win_right, softcap_scale, softcap_log2,
+                    dropout_p, dropout_scale,
                     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     CAUSAL: tl.constexpr, SKIP_MASKED: tl.constexpr, DEFERRED_RESCALE: tl.constexpr,
-                    STORE_SCORES: tl.constexpr, EVEN_M: tl.constexpr, EVEN_D: tl.constexpr):
+                    STORE_SCORES: tl.constexpr, EVEN_M: tl.constexpr, EVEN_D: tl.constexpr,
+                    WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DROPOUT: tl.constexpr):
     """One query block of one (batch, head): the FlashAttention-2 forward."""
     off_z = tl.cast(off_hz // H, tl.int64)
     off_h = off_hz % H
@@ -152,23 +178,55 @@ def _attn_fwd_block(Q, K, V, Out, Lse, Scores, start_m, off_hz,
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
 
-    mid, hi = _causal_key_bounds(start_m, N_Q, N_K, BLOCK_M, BLOCK_N, CAUSAL, SKIP_MASKED)
-    # Tiles below the diagonal (all of them when not causal): no mask.
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, s_ptrs, offs_m, offs_n, offs_d,
-                                    0, mid, qk_scale, N_Q, N_K, stride_kn, stride_vn,
-                                    HEAD_DIM, BLOCK_N, False, CAUSAL, EVEN_D, DEFERRED_RESCALE, STORE_SCORES)
-    # The diagonal band and the ragged end of the keys: masked.
-    mid64 = tl.cast(mid, tl.int64)
-    acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs + mid64 * stride_kn, v_ptrs + mid64 * stride_vn,
-                                    s_ptrs, offs_m, offs_n, offs_d,
-                                    mid, hi, qk_scale, N_Q, N_K, stride_kn, stride_vn,
-                                    HEAD_DIM, BLOCK_N, True, CAUSAL, EVEN_D, DEFERRED_RESCALE, STORE_SCORES)
+    slope_log2 = 0.0
+    if ALIBI:
+        slope_log2 = tl.load(Alibi + off_z * stride_az + off_h * stride_ah).to(tl.float32) * 1.4426950408889634
+    seed = 0
+    if DROPOUT:
+        seed = tl.load(Seed)
+    if WINDOW:
+        # Key tiles outside every row's window are never visited; [a, b) needs no mask.
+        lo, a, b, hi = _window_key_bounds(start_m, N_Q, N_K, win_left, win_right, BLOCK_M, BLOCK_N, SKIP_MASKED)
+        lo64 = tl.cast(lo, tl.int64)
+        a64 = tl.cast(a, tl.int64)
+        b64 = tl.cast(b, tl.int64)
+        acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs + lo64 * stride_kn, v_ptrs + lo64 * stride_vn,
+                                        s_ptrs, offs_m, offs_n, offs_d, lo, a, qk_scale, N_Q, N_K,
+                                        stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p,
+                                        HEAD_DIM, BLOCK_N, True, CAUSAL, EVEN_D, DEFERRED_RESCALE, STORE_SCORES,
+                                        WINDOW, SOFTCAP, ALIBI, DROPOUT)
+        acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs + a64 * stride_kn, v_ptrs + a64 * stride_vn,
+                                        s_ptrs, offs_m, offs_n, offs_d, a, b, qk_scale, N_Q, N_K,
+                                        stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p,
+                                        HEAD_DIM, BLOCK_N, False, CAUSAL, EVEN_D, DEFERRED_RESCALE, STORE_SCORES,
+                                        WINDOW, SOFTCAP, ALIBI, DROPOUT)
+        acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs + b64 * stride_kn, v_ptrs + b64 * stride_vn,
+                                        s_ptrs, offs_m, offs_n, offs_d, b, hi, qk_scale, N_Q, N_K,
+                                        stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p,
+                                        HEAD_DIM, BLOCK_N, True, CAUSAL, EVEN_D, DEFERRED_RESCALE, STORE_SCORES,
+                                        WINDOW, SOFTCAP, ALIBI, DROPOUT)
+    else:
+        mid, hi = _causal_key_bounds(start_m, N_Q, N_K, BLOCK_M, BLOCK_N, CAUSAL, SKIP_MASKED)
+        # Tiles below the diagonal (all of them when not causal): no mask.
+        acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, s_ptrs, offs_m, offs_n, offs_d,
+                                        0, mid, qk_scale, N_Q, N_K, stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p,
+                                        HEAD_DIM, BLOCK_N, False, CAUSAL, EVEN_D, DEFERRED_RESCALE, STORE_SCORES,
+                                        WINDOW, SOFTCAP, ALIBI, DROPOUT)
+        # The diagonal band and the ragged end of the keys: masked.
+        mid64 = tl.cast(mid, tl.int64)
+        acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs + mid64 * stride_kn, v_ptrs + mid64 * stride_vn,
+                                        s_ptrs, offs_m, offs_n, offs_d,
+                                        mid, hi, qk_scale, N_Q, N_K, stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p,
+                                        HEAD_DIM, BLOCK_N, True, CAUSAL, EVEN_D, DEFERRED_RESCALE, STORE_SCORES,
+                                        WINDOW, SOFTCAP, ALIBI, DROPOUT)
 
     if DEFERRED_RESCALE:
         acc = acc / l_i[:, None]
+    if DROPOUT:
+        acc = acc * dropout_scale
     lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453  # log2 domain -> natural log
-    if CAUSAL:
-        sees_a_key = offs_m + (N_K - N_Q) >= 0
+    if CAUSAL or WINDOW:
+        sees_a_key = _sees_a_key(offs_m, N_Q, N_K, win_left, win_right, CAUSAL, WINDOW)
         acc = tl.where(sees_a_key[:, None], acc, 0.0)
         lse = tl.where(sees_a_key, lse, float("-inf"))
 
@@ -189,10 +247,13 @@ def _attn_fwd(Q, K, V, Out, Lse, Scores,
               stride_vz, stride_vh, stride_vn, stride_vd,
               stride_oz, stride_oh, stride_om, stride_od,
               H, GROUP, N_Q, N_K, qk_scale,
+              Alibi, stride_az, stride_ah, Seed, win_left, win_right, softcap_scale, softcap_log2,
+              dropout_p, dropout_scale,
               HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               CAUSAL: tl.constexpr, SKIP_MASKED: tl.constexpr, DEFERRED_RESCALE: tl.constexpr,
               SEQ_PARALLEL: tl.constexpr, STORE_SCORES: tl.constexpr,
+              WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DROPOUT: tl.constexpr,
               EVEN_M: tl.constexpr, EVEN_D: tl.constexpr):
     tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16, "tl.dot needs tiles of at least 16")
     tl.static_assert(HEAD_DIM <= HEAD_DIM_PAD, "head dim is padded up, never down")
@@ -201,15 +262,18 @@ def _attn_fwd(Q, K, V, Out, Lse, Scores,
         pid = tl.program_id(0)
         off_hz = pid // num_m_blocks
         start_m = pid % num_m_blocks
-        if CAUSAL:  # the longest rows first, so the last wave is short
+        if CAUSAL or WINDOW:  # the longest rows first, so the last wave is short
             start_m = num_m_blocks - 1 - start_m
         _attn_fwd_block(Q, K, V, Out, Lse, Scores, start_m, off_hz,
                         stride_qz, stride_qh, stride_qm, stride_qd,
                         stride_kz, stride_kh, stride_kn, stride_kd,
                         stride_vz, stride_vh, stride_vn, stride_vd,
                         stride_oz, stride_oh, stride_om, stride_od,
-                        H, GROUP, N_Q, N_K, qk_scale, HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, BLOCK_N,
-                        CAUSAL, SKIP_MASKED, DEFERRED_RESCALE, STORE_SCORES, EVEN_M, EVEN_D)
+                        H, GROUP, N_Q, N_K, qk_scale,
+                        Alibi, stride_az, stride_ah, Seed, win_left, win_right, softcap_scale, softcap_log2,
+                        dropout_p, dropout_scale, HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, BLOCK_N,
+                        CAUSAL, SKIP_MASKED, DEFERRED_RESCALE, STORE_SCORES, EVEN_M, EVEN_D,
+                        WINDOW, SOFTCAP, ALIBI, DROPOUT)
     else:
         off_hz = tl.program_id(0)
         for start_m in range(0, num_m_blocks):
@@ -218,22 +282,25 @@ def _attn_fwd(Q, K, V, Out, Lse, Scores,
                             stride_kz, stride_kh, stride_kn, stride_kd,
                             stride_vz, stride_vh, stride_vn, stride_vd,
                             stride_oz, stride_oh, stride_om, stride_od,
-                            H, GROUP, N_Q, N_K, qk_scale, HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, BLOCK_N,
-                            CAUSAL, SKIP_MASKED, DEFERRED_RESCALE, STORE_SCORES, EVEN_M, EVEN_D)
+                            H, GROUP, N_Q, N_K, qk_scale,
+                            Alibi, stride_az, stride_ah, Seed, win_left, win_right, softcap_scale, softcap_log2,
+                            dropout_p, dropout_scale, HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, BLOCK_N,
+                            CAUSAL, SKIP_MASKED, DEFERRED_RESCALE, STORE_SCORES, EVEN_M, EVEN_D,
+                            WINDOW, SOFTCAP, ALIBI, DROPOUT)
 
 
-def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool,
-                      tiles: TileConfig, *, fit_tiles: bool = False, store_scores: bool = False,
-                      deferred_rescale: bool = True, seq_parallel: bool = True, skip_masked_tiles: bool = True):
-    """Launch the forward. Inputs are validated by the caller (kernels.attention).
+def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttentionOptions,
+                      alibi_slopes: torch.Tensor | None = None, dropout_seed: torch.Tensor | None = None):
+    """Launch the forward. Inputs and options are validated by the caller (kernels.attention).
 
-    `fit_tiles`: step down from `tiles` if they do not fit the GPU (used for default configs).
-    Returns (out, lse, scores): out like q (same strides where q is dense), lse (B, H, Nq)
-    float32, scores (B, H, Nq, Nk) float32 in the log2 domain if `store_scores`, else an
-    empty tensor.
+    Tiles come from `opts.fwd_tiles`; `opts.fit_fwd_tiles` steps down from them if they do not
+    fit the GPU (default configs). Returns (out, lse, scores): out like q (same strides where q
+    is dense), lse (B, H, Nq) float32, scores (B, H, Nq, Nk) float32 in the log2 domain if
+    `not opts.recompute`, else an empty tensor.
     """
     batch, heads, n_q, head_dim = q.shape
     kv_heads, n_k = k.shape[1], k.shape[2]
+    store_scores = not opts.recompute
     out = torch.empty_like(q)
     lse = torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32)
     if store_scores:
@@ -241,17 +308,84 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax
     else:
         scores = torch.empty((0,), device=q.device, dtype=torch.float32)
     head_dim_pad = padded_head_dim(head_dim)
-    switches = dict(CAUSAL=causal, SKIP_MASKED=skip_masked_tiles, DEFERRED_RESCALE=deferred_rescale,
-                    SEQ_PARALLEL=seq_parallel, STORE_SCORES=store_scores)
+    features = opts.kernel_args(n_q, n_k, alibi_slopes, dropout_seed, lse)
+    switches = dict(SKIP_MASKED=opts.skip_masked_tiles, DEFERRED_RESCALE=opts.deferred_rescale,
+                    SEQ_PARALLEL=opts.seq_parallel, STORE_SCORES=store_scores)
 
     def launch(config: TileConfig) -> None:
-        grid = (triton.cdiv(n_q, config.block_m) * batch * heads,) if seq_parallel else (batch * heads,)
+        grid = (triton.cdiv(n_q, config.block_m) * batch * heads,) if opts.seq_parallel else (batch * heads,)
         _attn_fwd[grid](
             q, k, v, out, lse, scores,
             *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-            heads, heads // kv_heads, n_q, n_k, softmax_scale * LOG2E,
+            heads, heads // kv_heads, n_q, n_k, opts.softmax_scale * LOG2E,
             HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
-            num_warps=config.num_warps, num_stages=config.num_stages, **switches)
+            num_warps=config.num_warps, num_stages=config.num_stages, **switches, **features)
 
-    launch_fitting(launch, tiles, fit_tiles, ("fwd", q.dtype, head_dim_pad, tuple(switches.items())))
+    key = ("fwd", q.dtype, head_dim_pad, tuple(switches.items()) + feature_switches(features))
+    launch_fitting(launch, TileConfig(*opts.fwd_tiles), opts.fit_fwd_tiles, key)
     return out, lse, scores
+
+
+# --------------------------------------------------------------------------------------------
+# Debug: the attention probabilities with the dropout mask, as flash-attn's S_dmask.
+# --------------------------------------------------------------------------------------------
+
+@triton.jit
+def _attn_probs(Q, K, Lse, Probs,
+                stride_qz, stride_qh, stride_qm, stride_qd,
+                stride_kz, stride_kh, stride_kn, stride_kd,
+                H, GROUP, N_Q, N_K, qk_scale,
+                Alibi, stride_az, stride_ah, Seed, win_left, win_right, softcap_scale, softcap_log2,
+                dropout_p, dropout_scale,
+                HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
+                DROPOUT: tl.constexpr):
+    """P = exp(S - lse) of one query block over every key, 0 where masked, negated where dropped."""
+    num_m_blocks = tl.cdiv(N_Q, BLOCK_M)
+    off_hz = tl.program_id(0) // num_m_blocks
+    start_m = tl.program_id(0) % num_m_blocks
+    off_z = tl.cast(off_hz // H, tl.int64)
+    off_h = off_hz % H
+    off_hkv = tl.cast(off_h // GROUP, tl.int64)
+    off_h = tl.cast(off_h, tl.int64)
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    rows = tl.cast(offs_m, tl.int64)
+    q = _load_tile(Q + off_z * stride_qz + off_h * stride_qh + rows[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                   offs_m, N_Q, offs_d, HEAD_DIM, True, True)
+    lse = tl.load(Lse + tl.cast(off_hz, tl.int64) * N_Q + offs_m, mask=offs_m < N_Q, other=0.0) * 1.4426950408889634
+    slope_log2 = 0.0
+    if ALIBI:
+        slope_log2 = tl.load(Alibi + off_z * stride_az + off_h * stride_ah).to(tl.float32) * 1.4426950408889634
+    seed = 0
+    if DROPOUT:
+        seed = tl.load(Seed)
+    for start_n in range(0, N_K, BLOCK_N):
+        cols = start_n + offs_n
+        k = _load_tile(K + off_z * stride_kz + off_hkv * stride_kh + tl.cast(cols, tl.int64)[:, None] * stride_kn
+                       + offs_d[None, :] * stride_kd, cols, N_K, offs_d, HEAD_DIM, True, True)
+        s, _ = _scores(tl.dot(q, tl.trans(k)), offs_m[:, None], cols[None, :], qk_scale, softcap_scale,
+                       softcap_log2, slope_log2, N_Q, N_K, SOFTCAP, ALIBI)
+        visible = _visible(offs_m[:, None], cols[None, :], N_Q, N_K, win_left, win_right, True, CAUSAL, WINDOW)
+        p = tl.where(visible, tl.math.exp2(s - lse[:, None]), 0.0)
+        if DROPOUT:
+            p = tl.where(_dropout_keep(seed, off_hz, offs_m[:, None], cols[None, :], dropout_p), p, -p)
+        tl.store(Probs + tl.cast(off_hz, tl.int64) * N_Q * N_K + rows[:, None] * N_K + cols[None, :], p,
+                 mask=(offs_m[:, None] < N_Q) & (cols[None, :] < N_K))
+
+
+def attention_probs(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, opts: AttentionOptions,
+                    alibi_slopes: torch.Tensor | None = None, dropout_seed: torch.Tensor | None = None):
+    """(B, H, Nq, Nk) float32: the softmax probabilities the forward used (before dropout), 0
+    where masked, and negated where dropout dropped them (flash-attn's S_dmask convention).
+    A slow debug launch that materialises Nq x Nk per head; only for return_attn_probs."""
+    batch, heads, n_q, head_dim = q.shape
+    kv_heads, n_k = k.shape[1], k.shape[2]
+    probs = torch.zeros((batch, heads, n_q, n_k), device=q.device, dtype=torch.float32)
+    block_m, block_n = 16, 32
+    _attn_probs[(triton.cdiv(n_q, block_m) * batch * heads,)](
+        q, k, lse, probs, *q.stride(), *k.stride(), heads, heads // kv_heads, n_q, n_k, opts.softmax_scale * LOG2E,
+        HEAD_DIM=head_dim, HEAD_DIM_PAD=padded_head_dim(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,
+        **opts.kernel_args(n_q, n_k, alibi_slopes, dropout_seed, lse))
+    return probs

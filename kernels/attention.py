@@ -9,6 +9,12 @@ The forward and backward launches are registered as custom ops (`flash_attn_trit
 ties them together, so `torch.compile(..., fullgraph=True)` traces a model that calls
 `flash_attention` without a graph break.
 
+The training features of flash-attn 2.8 (sliding window, softcap, ALiBi, dropout) are keyword
+arguments too. Everything that is not a tensor travels to the ops as one `AttentionOptions`
+(kernels/options.py) encoded as a string; the ALiBi slopes and the dropout seed travel as
+optional tensors. The seed is drawn here, outside the ops, from torch's default generator, and
+the same seed reaches both passes.
+
 Every switch of the ablations is a keyword argument here (see `flash_attention`); none of them
 changes the result beyond rounding, except that `atomic_dq=True` gives up bitwise determinism.
 `algorithm="fa1"` swaps both passes for FlashAttention-1's own kernels (`_fa1.py`: one program
@@ -20,13 +26,15 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 import os
 
 import torch
 
 from kernels._backward import attention_backward
 from kernels._fa1 import fa1_backward, fa1_default_tiles, fa1_forward
-from kernels._forward import attention_forward
+from kernels._forward import attention_forward, attention_probs
+from kernels.options import AttentionOptions
 from kernels.tiles import MAX_HEAD_DIM, TileConfig, default_tiles
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
@@ -94,84 +102,114 @@ def _check_algorithm(algorithm: str) -> None:
 
 
 @torch.library.custom_op("flash_attn_triton::fwd", mutates_args=())
-def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool,
-            tiles: list[int], fit_tiles: bool, store_scores: bool, deferred_rescale: bool, seq_parallel: bool,
-            skip_masked_tiles: bool, algorithm: str = "fa2") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    _check_algorithm(algorithm)
+def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slopes: torch.Tensor | None,
+            dropout_seed: torch.Tensor | None, options: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    opts = AttentionOptions.decode(options)
+    _check_algorithm(opts.algorithm)
     with _launch_device(q):
-        if algorithm == "fa1":
-            out, lse = fa1_forward(q, k, v, softmax_scale, causal, TileConfig(*tiles), fit_tiles=fit_tiles)
+        if opts.algorithm == "fa1":
+            out, lse = fa1_forward(q, k, v, opts.softmax_scale, opts.causal, TileConfig(*opts.fwd_tiles),
+                                   fit_tiles=opts.fit_fwd_tiles)
             return out, lse, q.new_empty((0,), dtype=torch.float32)
-        return attention_forward(q, k, v, softmax_scale, causal, TileConfig(*tiles), fit_tiles=fit_tiles,
-                                 store_scores=store_scores, deferred_rescale=deferred_rescale,
-                                 seq_parallel=seq_parallel, skip_masked_tiles=skip_masked_tiles)
+        return attention_forward(q, k, v, opts, alibi_slopes, dropout_seed)
 
 
 @_fwd_op.register_fake
-def _(q, k, v, softmax_scale, causal, tiles, fit_tiles, store_scores, deferred_rescale, seq_parallel,
-      skip_masked_tiles, algorithm="fa2"):
+def _(q, k, v, alibi_slopes, dropout_seed, options):
+    opts = AttentionOptions.decode(options)
     b, h, n_q, _ = q.shape
-    scores_shape = (b, h, n_q, k.shape[2]) if store_scores and algorithm == "fa2" else (0,)
+    scores_shape = (b, h, n_q, k.shape[2]) if not opts.recompute and opts.algorithm == "fa2" else (0,)
     return (torch.empty_like(q), q.new_empty((b, h, n_q), dtype=torch.float32),
             q.new_empty(scores_shape, dtype=torch.float32))
 
 
 @torch.library.custom_op("flash_attn_triton::bwd", mutates_args=())
 def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-            lse: torch.Tensor, scores: torch.Tensor, softmax_scale: float, causal: bool, tiles: list[int],
-            fit_tiles: bool, use_scores: bool, skip_masked_tiles: bool, atomic_dq: bool, algorithm: str = "fa2"
-            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    _check_algorithm(algorithm)
+            lse: torch.Tensor, scores: torch.Tensor, alibi_slopes: torch.Tensor | None,
+            dropout_seed: torch.Tensor | None, options: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    opts = AttentionOptions.decode(options)
+    _check_algorithm(opts.algorithm)
     with _launch_device(q):
-        if algorithm == "fa1":
-            return fa1_backward(do, q, k, v, out, lse, softmax_scale, causal, TileConfig(*tiles), fit_tiles=fit_tiles)
-        return attention_backward(do, q, k, v, out, lse, scores, softmax_scale, causal, TileConfig(*tiles),
-                                  fit_tiles=fit_tiles, use_scores=use_scores, skip_masked_tiles=skip_masked_tiles,
-                                  atomic_dq=atomic_dq)
+        if opts.algorithm == "fa1":
+            return fa1_backward(do, q, k, v, out, lse, opts.softmax_scale, opts.causal, TileConfig(*opts.bwd_tiles),
+                                fit_tiles=opts.fit_bwd_tiles)
+        return attention_backward(do, q, k, v, out, lse, scores, opts, alibi_slopes, dropout_seed)
 
 
 @_bwd_op.register_fake
-def _(do, q, k, v, out, lse, scores, softmax_scale, causal, tiles, fit_tiles, use_scores, skip_masked_tiles,
-      atomic_dq, algorithm="fa2"):
+def _(do, q, k, v, out, lse, scores, alibi_slopes, dropout_seed, options):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
-def _tile_list(tiles: TileConfig) -> list[int]:
-    return [tiles.block_m, tiles.block_n, tiles.num_warps, tiles.num_stages]
+def _tile_list(tiles: TileConfig) -> tuple[int, ...]:
+    return (tiles.block_m, tiles.block_n, tiles.num_warps, tiles.num_stages)
 
 
 class FlashAttentionFunction(torch.autograd.Function):
-    """Autograd for the two ops; the log-sum-exp output is not differentiable."""
+    """Autograd for the two ops; the log-sum-exp output is not differentiable.
+
+    Everything that is not a tensor travels as one encoded AttentionOptions string, so a new
+    option changes neither this class nor the op schemas.
+    """
 
     @staticmethod
-    def forward(ctx, q, k, v, softmax_scale, causal, fwd_tiles, bwd_tiles, fit_tiles, recompute,
-                deferred_rescale, seq_parallel, skip_masked_tiles, atomic_dq, algorithm):
-        out, lse, scores = torch.ops.flash_attn_triton.fwd(
-            q, k, v, softmax_scale, causal, fwd_tiles, fit_tiles[0], not recompute, deferred_rescale,
-            seq_parallel, skip_masked_tiles, algorithm)
-        ctx.save_for_backward(q, k, v, out, lse, scores)
-        ctx.softmax_scale = softmax_scale
-        ctx.causal = causal
-        ctx.bwd_tiles = bwd_tiles
-        ctx.fit_bwd_tiles = fit_tiles[1]
-        ctx.recompute = recompute
-        ctx.skip_masked_tiles = skip_masked_tiles
-        ctx.atomic_dq = atomic_dq
-        ctx.algorithm = algorithm
+    def forward(ctx, q, k, v, alibi_slopes, dropout_seed, options):
+        out, lse, scores = torch.ops.flash_attn_triton.fwd(q, k, v, alibi_slopes, dropout_seed, options)
+        ctx.save_for_backward(q, k, v, out, lse, scores, alibi_slopes, dropout_seed)
+        ctx.options = options
         ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     def backward(ctx, d_out, d_lse):
-        q, k, v, out, lse, scores = ctx.saved_tensors
-        dq, dk, dv = torch.ops.flash_attn_triton.bwd(
-            d_out, q, k, v, out, lse, scores, ctx.softmax_scale, ctx.causal, ctx.bwd_tiles,
-            ctx.fit_bwd_tiles, not ctx.recompute, ctx.skip_masked_tiles, ctx.atomic_dq, ctx.algorithm)
-        return dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None
+        q, k, v, out, lse, scores, alibi_slopes, dropout_seed = ctx.saved_tensors
+        dq, dk, dv = torch.ops.flash_attn_triton.bwd(d_out, q, k, v, out, lse, scores, alibi_slopes, dropout_seed,
+                                                     ctx.options)
+        return dq, dk, dv, None, None, None
+
+
+def _check_window(window_size) -> tuple[int, int]:
+    try:
+        window = tuple(window_size)
+    except TypeError:
+        window = None
+    if (window is None or len(window) != 2
+            or not all(isinstance(w, numbers.Integral) and not isinstance(w, bool) for w in window)):
+        raise ValueError(f"window_size must be a pair of ints (left, right), got {window_size!r}")
+    if min(window) < -1:
+        raise ValueError(f"window_size values must be >= -1 (-1: unbounded), got {window_size!r}")
+    return int(window[0]), int(window[1])
+
+
+def _check_alibi(alibi_slopes, q: torch.Tensor) -> torch.Tensor | None:
+    """None, or the slopes as a (B, H) float32 view (stride 0 over the batch for (H,) slopes)."""
+    if alibi_slopes is None:
+        return None
+    batch, heads = q.shape[0], q.shape[1]
+    if not isinstance(alibi_slopes, torch.Tensor):
+        raise ValueError(f"alibi_slopes must be a torch.Tensor or None, got {type(alibi_slopes).__name__}")
+    if alibi_slopes.dtype != torch.float32:
+        raise ValueError(f"alibi_slopes must have dtype torch.float32, got {alibi_slopes.dtype}")
+    if alibi_slopes.device != q.device:
+        raise ValueError(f"alibi_slopes must be on the device of q ({q.device}), got {alibi_slopes.device}")
+    if tuple(alibi_slopes.shape) == (heads,):
+        return alibi_slopes.unsqueeze(0).expand(batch, heads)
+    if tuple(alibi_slopes.shape) == (batch, heads):
+        return alibi_slopes
+    raise ValueError(f"alibi_slopes must have shape (nheads,) = ({heads},) or (batch_size, nheads) = "
+                     f"({batch}, {heads}), got {tuple(alibi_slopes.shape)}")
+
+
+def _draw_dropout_seed(device: torch.device) -> torch.Tensor:
+    """One Philox seed from torch's default generator of `device` (drawn there: no host-device
+    copy), so torch.manual_seed reproduces the mask."""
+    return torch.randint(0, 2**62, (1,), dtype=torch.int64, device=device)
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                     softmax_scale: float | None = None, return_lse: bool = False, *,
+                    window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                    alibi_slopes: torch.Tensor | None = None, dropout_p: float = 0.0, return_probs: bool = False,
                     fwd_tiles: TileConfig | None = None, bwd_tiles: TileConfig | None = None,
                     recompute: bool = True, deferred_rescale: bool = True, seq_parallel: bool = True,
                     skip_masked_tiles: bool = True, atomic_dq: bool = False, algorithm: str = "fa2"):
@@ -187,32 +225,58 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         return_lse: also return the log-sum-exp (B, H, Nq), float32, natural log. It carries no
             gradient (requires_grad=False): a loss that uses it gets none through it.
 
+    Training features (keyword-only; flash-attn 2.8's semantics, forward and backward):
+        window_size: (left, right), -1 = unbounded: query i sees key j iff
+            i + Nk - Nq - left <= j <= i + Nk - Nq + right. causal=True sets right = 0. Key
+            tiles outside every row's window are skipped, not masked.
+        softcap: > 0 caps the scores: softcap * tanh(scale * q.k / softcap), then the softmax.
+        alibi_slopes: float32 (H,) or (B, H): adds -slope * |i + Nk - Nq - j| to the (scaled,
+            capped) scores, with or without causal. It gets no gradient.
+        dropout_p: in [0, 1): drops each probability with this chance and scales the rest by
+            1 / (1 - dropout_p); the mask comes from Philox (counters: key, query, batch x head),
+            seeded by one draw from torch's default generator of q's device (torch.manual_seed
+            reproduces it), regenerated in the backward, never stored. lse is that of the
+            undropped softmax.
+        return_probs: also return (last) the probabilities the forward used, (B, H, Nq, Nk)
+            float32, 0 where masked and negated where dropout dropped them (flash-attn's S_dmask
+            convention: the kept mask is probs >= 0). A slow debug launch; for tests.
+
     Ablation switches (keyword-only; the defaults are FlashAttention-2):
         algorithm: "fa2" (the default) or "fa1": both passes run FlashAttention-1's kernels
             (Dao et al. 2022, Algorithms 1 and 4; see kernels/_fa1.py): one program per
             (batch, head), key blocks in the outer loop, query blocks in the inner loop, O, l, m
             (dQ in the backward) read from and written to HBM on every step, O rescaled and
             normalised on every step. The switches below except the tiles are ablations of the
-            FA2 kernels: with "fa1" they must keep their defaults, or ValueError is raised.
+            FA2 kernels: with "fa1" they must keep their defaults, or ValueError is raised; the
+            training features above raise NotImplementedError with "fa1".
         fwd_tiles, bwd_tiles: a TileConfig overriding `default_tiles(D, "fwd" | "bwd")` (with
             "fa1", `kernels._fa1.fa1_default_tiles`; block_m is the streamed query tile and
             block_n the resident key tile in both of its passes). A default
             config that does not fit the GPU with the chosen switches steps down to a smaller
             one; an explicit config that does not fit raises triton's OutOfResources.
         recompute: False makes the forward store the scores (float32, Nq x Nk per head) and the
-            backward read them instead of recomputing Q K^T.
+            backward read them instead of recomputing Q K^T (not with the training features:
+            NotImplementedError).
         deferred_rescale: False rescales and normalises the output accumulator on every key
             tile, as FlashAttention-1 does.
         seq_parallel: False runs one program per (batch, head) over all query blocks, as
             FlashAttention-1 does, instead of one per (query block, batch, head).
-        skip_masked_tiles: False makes causal attention compute every tile and mask it.
+        skip_masked_tiles: False makes causal and windowed attention compute every tile and mask it.
         atomic_dq: True accumulates dQ with atomic adds inside the dK/dV kernel (the paper's
             scheme; not deterministic) instead of the separate dQ kernel.
 
-    Returns o (B, H, Nq, D), laid out like q where q is dense, or (o, lse) with return_lse.
+    Returns o (B, H, Nq, D), laid out like q where q is dense, then lse with return_lse, then
+    the probabilities with return_probs (a tuple when either is set).
     """
     check_inputs(q, k, v)
     _check_algorithm(algorithm)
+    window_left, window_right = _check_window(window_size)
+    if not isinstance(softcap, numbers.Real) or isinstance(softcap, bool) or not math.isfinite(softcap) or softcap < 0:
+        raise ValueError(f"softcap must be a finite float >= 0 (0: off), got {softcap!r}")
+    if (not isinstance(dropout_p, numbers.Real) or isinstance(dropout_p, bool)
+            or not 0.0 <= dropout_p < 1.0):
+        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
+    alibi = _check_alibi(alibi_slopes, q)
     if algorithm == "fa1":
         fa2_only = dict(recompute=True, deferred_rescale=True, seq_parallel=True, skip_masked_tiles=True,
                         atomic_dq=False)
@@ -237,15 +301,29 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         if tiles is not None and not isinstance(tiles, TileConfig):
             raise ValueError(f"{name} must be a kernels.TileConfig or None, got {type(tiles).__name__}")
     # Default configs may step down where a switch needs more on-chip memory; explicit ones may not.
-    fit_tiles = (fwd_tiles is None, bwd_tiles is None)
     choose_tiles = fa1_default_tiles if algorithm == "fa1" else default_tiles
-    fwd_tiles = fwd_tiles or choose_tiles(head_dim, "fwd")
-    bwd_tiles = bwd_tiles or choose_tiles(head_dim, "bwd")
+    opts = AttentionOptions(
+        softmax_scale=float(softmax_scale), causal=bool(causal), window_left=window_left, window_right=window_right,
+        softcap=float(softcap), dropout_p=float(dropout_p),
+        fwd_tiles=_tile_list(fwd_tiles or choose_tiles(head_dim, "fwd")),
+        bwd_tiles=_tile_list(bwd_tiles or choose_tiles(head_dim, "bwd")),
+        fit_fwd_tiles=fwd_tiles is None, fit_bwd_tiles=bwd_tiles is None,
+        recompute=bool(recompute), deferred_rescale=bool(deferred_rescale), seq_parallel=bool(seq_parallel),
+        skip_masked_tiles=bool(skip_masked_tiles), atomic_dq=bool(atomic_dq), algorithm=algorithm)
+    features = opts.features + (["alibi_slopes"] if alibi is not None else [])
+    if features and algorithm == "fa1":
+        raise NotImplementedError(f"{', '.join(features)} not supported with algorithm='fa1'")
+    if features and not recompute:
+        raise NotImplementedError(f"{', '.join(features)} not supported with recompute=False (stored scores)")
+
+    def result(out, lse, probs):
+        extra = ((lse,) if return_lse else ()) + ((probs,) if return_probs else ())
+        return (out, *extra) if extra else out
 
     if q.numel() == 0:  # empty batch, heads or queries: nothing to launch
         out = torch.empty_like(q)
         lse = q.new_empty(q.shape[:3], dtype=torch.float32)
-        return (out, lse) if return_lse else out
+        return result(out, lse, q.new_zeros((*q.shape[:3], k.shape[2]), dtype=torch.float32))
 
     # 2026-11 (torch 2.13): dynamo refuses autograd.Function.apply when one tensor is passed
     # as several inputs (self-attention with q = k = v); a view gives each input its own
@@ -254,9 +332,10 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         k = k.view_as(k)
     if v is q or v is k:
         v = v.view_as(v)
-    out, lse = FlashAttentionFunction.apply(
-        q, k, v, float(softmax_scale), bool(causal), _tile_list(fwd_tiles), _tile_list(bwd_tiles), fit_tiles,
-        bool(recompute), bool(deferred_rescale), bool(seq_parallel), bool(skip_masked_tiles), bool(atomic_dq),
-        algorithm)
-    return (out, lse) if return_lse else out
-
+    seed = _draw_dropout_seed(q.device) if opts.dropout_p > 0 else None
+    out, lse = FlashAttentionFunction.apply(q, k, v, alibi, seed, opts.encode())
+    probs = None
+    if return_probs:
+        with torch.no_grad(), _launch_device(q):
+            probs = attention_probs(q.detach(), k.detach(), lse, opts, alibi, seed)
+    return result(out, lse, probs)

@@ -16,22 +16,38 @@ q (total_q, H, D), k/v (total_k, Hkv, D), with int32 offsets cu_seqlens (B + 1,)
 functions run the kernels on transposed views, without copies. Causal masks are aligned to the
 bottom-right corner (per sequence for varlen); query rows that see no key give zeros.
 
-Not supported yet, and refused with NotImplementedError rather than ignored: dropout
-(dropout_p != 0), sliding-window attention (window_size other than (-1, -1)), softcap
-(softcap != 0), ALiBi (alibi_slopes) and the paged KV cache of the varlen function
-(block_table). `deterministic` is accepted with either value: the backward is always
-deterministic here (dQ has its own kernel, no atomics).
+Training features, in the kernels forward and backward, with flash-attn's semantics:
+- dropout_p: Philox dropout; each call draws a fresh seed from torch's default generator of the
+  inputs' device (torch.manual_seed reproduces it); each varlen sequence draws its own.
+- window_size=(left, right): query i sees key j iff i + Nk - Nq - left <= j <= i + Nk - Nq +
+  right, -1 unbounded; causal=True sets right = 0. As flash-attn's C++ does, a bound of at
+  least seqlen_k (max_seqlen_k for varlen) counts as -1. Bounds below -1 are refused.
+- softcap > 0: scores = softcap * tanh(scale * q.k / softcap), then the softmax.
+- alibi_slopes: float32 (H,) or (B, H); adds -slope * |i + Nk - Nq - j| to the scores (varlen:
+  sequence b uses row b of (B, H) slopes).
+- deterministic: either value is accepted and both give the same bitwise-deterministic backward
+  (dQ has its own kernel, no atomics); flash-attn uses it to choose between atomic and
+  deterministic dQ accumulation, and this engine only has the deterministic one here
+  (`kernels.flash_attention(..., atomic_dq=True)` is the non-deterministic ablation).
+The paged KV cache of the varlen function (block_table) is not supported yet and is refused
+with NotImplementedError rather than ignored.
 
 Differences from flash-attn that a caller may notice:
 - Bad input raises ValueError naming the problem, as `kernels.flash_attention` does, where
   flash-attn's C++ checks raise RuntimeError. Inputs flash-attn quietly copies (a last dim
   that is not contiguous) are read in place here.
-- `return_attn_probs=True` returns (out, softmax_lse, S_dmask) like flash-attn. flash-attn fills
-  S_dmask only when dropout is on and otherwise returns an empty tensor; without dropout
-  (the only case here) S_dmask is that same empty tensor, shape (0,). softmax_lse is float32,
-  (B, H, Nq) for the dense functions and (H, total_q) for varlen, and carries no gradient.
-  For a query row that sees no key it is -inf here (the log of an empty sum) where
-  flash-attn's kernel writes +inf.
+- `return_attn_probs=True` returns (out, softmax_lse, S_dmask) like flash-attn. S_dmask is
+  filled only with dropout (otherwise an empty tensor, shape (0,), as flash-attn returns): the
+  softmax probabilities, 0 where masked, negated where dropout dropped them, so
+  `S_dmask >= 0` is the keep mask. Its shape is (B, H, Nq, Nk) (varlen: (B, H, max_seqlen_q,
+  max_seqlen_k), each sequence at the top left), not padded to multiples of 128 as flash-attn's
+  is, and it holds the normalised probabilities where flash-attn's holds them relative to a
+  running max. softmax_lse is float32, (B, H, Nq) for the dense functions and (H, total_q)
+  for varlen, and carries no gradient; for a query row that sees no key it is +inf, as
+  flash-attn's kernel writes (`kernels.flash_attention` returns -inf there).
+- With causal ALiBi, flash-attn's kernel adds slope * j instead of -slope * |i + Nk - Nq - j|
+  (the same softmax: the two differ by a constant per row), so its softmax_lse differs from
+  ours by that constant; out and the gradients are the same.
 - Varlen checks its offsets on the host: cu_seqlens must start at 0, not decrease and end at
   the number of tokens, and max_seqlen must be at least the longest sequence. A sequence with
   queries but no keys is refused, as `flash_attention` refuses seqlen_k = 0.
@@ -64,10 +80,9 @@ def _check_flag(name, value):
 
 def _check_options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                    return_attn_probs, block_table=None):
+    """Scalar checks up front; alibi_slopes' shape and dtype are checked by flash_attention."""
     if not _is_real(dropout_p) or not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
-    if dropout_p != 0.0:
-        raise NotImplementedError(f"dropout is not supported yet (dropout_p={dropout_p}); pass dropout_p=0.0")
     if softmax_scale is not None and not (_is_real(softmax_scale) and math.isfinite(softmax_scale)):
         raise ValueError(f"softmax_scale must be a finite float or None, got {softmax_scale!r}")
     _check_flag("causal", causal)
@@ -75,21 +90,27 @@ def _check_options(dropout_p, softmax_scale, causal, window_size, softcap, alibi
         window = tuple(window_size)
     except TypeError:
         window = None
-    if window is None or len(window) != 2 or not all(isinstance(w, numbers.Integral) for w in window):
+    if (window is None or len(window) != 2
+            or not all(isinstance(w, numbers.Integral) and not isinstance(w, bool) for w in window)):
         raise ValueError(f"window_size must be a pair of ints (left, right), got {window_size!r}")
-    if window != _FULL_WINDOW:
-        raise NotImplementedError(f"sliding-window attention (window_size={window_size!r}) is not supported yet; "
-                                  f"pass window_size=(-1, -1)")
-    if not _is_real(softcap):
-        raise ValueError(f"softcap must be a float, got {softcap!r}")
-    if softcap != 0.0:
-        raise NotImplementedError(f"softcap is not supported yet (softcap={softcap}); pass softcap=0.0")
-    if alibi_slopes is not None:
-        raise NotImplementedError("ALiBi (alibi_slopes) is not supported yet; pass alibi_slopes=None")
-    _check_flag("deterministic", deterministic)  # either value: the backward is always deterministic
+    if min(window) < -1:
+        raise ValueError(f"window_size values must be >= -1 (-1: unbounded), got {window_size!r}")
+    if not _is_real(softcap) or not math.isfinite(softcap) or softcap < 0:
+        raise ValueError(f"softcap must be a finite float >= 0 (0: off), got {softcap!r}")
+    if alibi_slopes is not None and not isinstance(alibi_slopes, torch.Tensor):
+        raise ValueError(f"alibi_slopes must be a torch.Tensor or None, got {type(alibi_slopes).__name__}")
+    _check_flag("deterministic", deterministic)  # either value: the default backward is deterministic
     _check_flag("return_attn_probs", return_attn_probs)
     if block_table is not None:
         raise NotImplementedError("the paged KV cache (block_table) is not supported yet; pass block_table=None")
+
+
+def _features(dropout_p, window_size, softcap, alibi_slopes, max_seqlen_k):
+    """flash_attention's keyword arguments for the features, with flash-attn's window rule:
+    a bound of at least (max_)seqlen_k means unbounded (-1)."""
+    left, right = (-1 if w >= max_seqlen_k else int(w) for w in window_size)
+    return dict(dropout_p=float(dropout_p), window_size=(left, right), softcap=float(softcap),
+                alibi_slopes=alibi_slopes)
 
 
 def _check_rank(rank, layout, **tensors):
@@ -106,22 +127,27 @@ def _check_packed(name, t, rank, dim, count, layout):
         raise ValueError(f"{name} must have size {count} in dim {dim} {layout}, got shape {tuple(t.shape)}")
 
 
-def _result(out, lse, return_attn_probs):
+def _result(out, lse, s_dmask, return_attn_probs):
     if not return_attn_probs:
         return out
-    # flash-attn fills S_dmask only with dropout and otherwise returns this empty tensor.
-    return out, lse, out.new_empty((0,))
+    # flash-attn writes +inf for the lse of a row that sees no key (flash_attention: -inf).
+    lse = lse.masked_fill(lse == float("-inf"), float("inf"))
+    # flash-attn fills S_dmask only with dropout and otherwise returns an empty tensor.
+    return out, lse, s_dmask if s_dmask is not None else out.new_empty((0,))
 
 
 # --------------------------------------------------------------------------------------------
 # Dense: one launch on transposed views.
 # --------------------------------------------------------------------------------------------
 
-def _dense(q, k, v, softmax_scale, causal, return_attn_probs):
+def _dense(q, k, v, softmax_scale, causal, return_attn_probs, dropout_p, window_size, softcap, alibi_slopes):
     """q (B, Nq, H, D), k/v (B, Nk, Hkv, D) -> out (B, Nq, H, D), lse (B, H, Nq); no copies."""
-    out, lse = flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=bool(causal),
-                               softmax_scale=softmax_scale, return_lse=True)
-    return _result(out.transpose(1, 2), lse, return_attn_probs)
+    features = _features(dropout_p, window_size, softcap, alibi_slopes, k.shape[1])
+    want_probs = bool(return_attn_probs) and dropout_p > 0
+    out, lse, *probs = flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=bool(causal),
+                                       softmax_scale=softmax_scale, return_lse=True, return_probs=want_probs,
+                                       **features)
+    return _result(out.transpose(1, 2), lse, probs[0] if probs else None, return_attn_probs)
 
 
 # --------------------------------------------------------------------------------------------
@@ -153,11 +179,14 @@ def _sequence_bounds(name, cu_seqlens, total, tensor_name, max_name, max_seqlen)
 
 
 def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-            return_attn_probs):
+            return_attn_probs, dropout_p, window_size, softcap, alibi_slopes):
     """q (total_q, H, D), k/v (total_k, Hkv, D) -> out (total_q, H, D), lse (H, total_q).
 
     Each sequence runs through the dense kernels on (1, H, n, D) views of its slice; autograd
-    carries the gradients back through torch.cat and the slices.
+    carries the gradients back through torch.cat and the slices. (B, H) ALiBi slopes give
+    sequence b the row b; each sequence draws its own dropout seed, so masks are independent.
+    With dropout and return_attn_probs, S_dmask is (B, H, max_seqlen_q, max_seqlen_k), each
+    sequence's block at the top left, zeros elsewhere.
     """
     _check_rank(3, "(total_tokens, heads, head_dim)", q=q, k=k, v=v)
     # dtype, device, heads and head dim: the dense checks on views of the whole batch
@@ -166,6 +195,13 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sof
     bounds_k = _sequence_bounds("cu_seqlens_k", cu_seqlens_k, k.shape[0], "k", "max_seqlen_k", max_seqlen_k)
     if len(bounds_q) != len(bounds_k):
         raise ValueError(f"cu_seqlens_q holds {len(bounds_q)} sequences and cu_seqlens_k {len(bounds_k)}")
+    batch, heads = len(bounds_q), q.shape[1]
+    if alibi_slopes is not None and alibi_slopes.dim() == 2 and tuple(alibi_slopes.shape) != (batch, heads):
+        raise ValueError(f"alibi_slopes must have shape (nheads,) = ({heads},) or (batch_size, nheads) = "
+                         f"({batch}, {heads}), got {tuple(alibi_slopes.shape)}")
+    want_probs = bool(return_attn_probs) and dropout_p > 0
+    s_dmask = (q.new_zeros((batch, heads, max_seqlen_q, max_seqlen_k), dtype=torch.float32) if want_probs
+               else None)
 
     outs, lses = [], []
     for i, ((q0, q1), (k0, k1)) in enumerate(zip(bounds_q, bounds_k)):
@@ -173,14 +209,21 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sof
             continue
         if k1 == k0:
             raise ValueError(f"sequence {i} has {q1 - q0} queries but no keys")
-        out, lse = flash_attention(q[q0:q1].unsqueeze(0).transpose(1, 2), k[k0:k1].unsqueeze(0).transpose(1, 2),
-                                   v[k0:k1].unsqueeze(0).transpose(1, 2), causal=bool(causal),
-                                   softmax_scale=softmax_scale, return_lse=True)
+        slopes = alibi_slopes[i] if alibi_slopes is not None and alibi_slopes.dim() == 2 else alibi_slopes
+        features = _features(dropout_p, window_size, softcap, slopes, max_seqlen_k)
+        out, lse, *probs = flash_attention(q[q0:q1].unsqueeze(0).transpose(1, 2),
+                                           k[k0:k1].unsqueeze(0).transpose(1, 2),
+                                           v[k0:k1].unsqueeze(0).transpose(1, 2), causal=bool(causal),
+                                           softmax_scale=softmax_scale, return_lse=True, return_probs=want_probs,
+                                           **features)
         outs.append(out[0].transpose(0, 1))  # (n, H, D)
         lses.append(lse[0])  # (H, n)
+        if want_probs:
+            s_dmask[i, :, :q1 - q0, :k1 - k0] = probs[0][0]
     if not outs:  # no query tokens at all
-        return _result(torch.empty_like(q), q.new_empty((q.shape[1], 0), dtype=torch.float32), return_attn_probs)
-    return _result(torch.cat(outs), torch.cat(lses, dim=1), return_attn_probs)
+        return _result(torch.empty_like(q), q.new_empty((q.shape[1], 0), dtype=torch.float32), s_dmask,
+                       return_attn_probs)
+    return _result(torch.cat(outs), torch.cat(lses, dim=1), s_dmask, return_attn_probs)
 
 
 # --------------------------------------------------------------------------------------------
@@ -208,7 +251,7 @@ def flash_attn_qkvpacked_func(
                    return_attn_probs)
     _check_packed("qkv", qkv, 5, 2, 3, "(batch, seqlen, 3, heads, head_dim)")
     q, k, v = qkv.unbind(2)
-    return _dense(q, k, v, softmax_scale, causal, return_attn_probs)
+    return _dense(q, k, v, softmax_scale, causal, return_attn_probs, dropout_p, window_size, softcap, alibi_slopes)
 
 
 def flash_attn_kvpacked_func(
@@ -233,7 +276,7 @@ def flash_attn_kvpacked_func(
     _check_rank(4, "(batch, seqlen, heads, head_dim)", q=q)
     _check_packed("kv", kv, 5, 2, 2, "(batch, seqlen, 2, heads, head_dim)")
     k, v = kv.unbind(2)
-    return _dense(q, k, v, softmax_scale, causal, return_attn_probs)
+    return _dense(q, k, v, softmax_scale, causal, return_attn_probs, dropout_p, window_size, softcap, alibi_slopes)
 
 
 def flash_attn_func(
@@ -254,23 +297,24 @@ def flash_attn_func(
     Args:
         q, k, v: float16 or bfloat16, any strides (no copies are made); H a multiple of Hkv
             (grouped- and multi-query attention); head dim between 1 and 256.
-        dropout_p: must be 0.0 (dropout is not supported yet: NotImplementedError).
+        dropout_p: probability of dropping each attention probability, in [0, 1).
         softmax_scale: scale of q k^T before the softmax; defaults to 1 / sqrt(head_dim).
         causal: mask aligned to the bottom-right corner: query i sees keys j <= i + Nk - Nq.
             Rows that see no key give zeros.
-        window_size: must be (-1, -1) (sliding windows are not supported yet).
-        softcap: must be 0.0 (not supported yet).
-        alibi_slopes: must be None (ALiBi is not supported yet).
+        window_size: (left, right) sliding window, -1 unbounded (see the module docstring).
+        softcap: > 0 caps the scores with softcap * tanh(scores / softcap); 0 is off.
+        alibi_slopes: None, or float32 (H,) or (B, H) ALiBi slopes.
         deterministic: accepted with either value; the backward is always deterministic here.
-        return_attn_probs: also return softmax_lse (B, H, Nq), float32, no gradient, and
-            S_dmask, an empty tensor as flash-attn returns without dropout.
+        return_attn_probs: also return softmax_lse (B, H, Nq), float32, no gradient (+inf for
+            rows that see no key), and S_dmask: with dropout the probabilities with dropped
+            entries negated, (B, H, Nq, Nk); without, an empty tensor as flash-attn returns.
 
     Returns out, or (out, softmax_lse, S_dmask) with return_attn_probs.
     """
     _check_options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                    return_attn_probs)
     _check_rank(4, "(batch, seqlen, heads, head_dim)", q=q, k=k, v=v)
-    return _dense(q, k, v, softmax_scale, causal, return_attn_probs)
+    return _dense(q, k, v, softmax_scale, causal, return_attn_probs, dropout_p, window_size, softcap, alibi_slopes)
 
 
 def flash_attn_varlen_qkvpacked_func(
@@ -296,7 +340,7 @@ def flash_attn_varlen_qkvpacked_func(
     _check_packed("qkv", qkv, 4, 1, 3, "(total_tokens, 3, heads, head_dim)")
     q, k, v = qkv.unbind(1)
     return _varlen(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, softmax_scale, causal,
-                   return_attn_probs)
+                   return_attn_probs, dropout_p, window_size, softcap, alibi_slopes)
 
 
 def flash_attn_varlen_kvpacked_func(
@@ -324,7 +368,7 @@ def flash_attn_varlen_kvpacked_func(
     _check_packed("kv", kv, 4, 1, 2, "(total_tokens, 2, heads, head_dim)")
     k, v = kv.unbind(1)
     return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                   return_attn_probs)
+                   return_attn_probs, dropout_p, window_size, softcap, alibi_slopes)
 
 
 def flash_attn_varlen_func(
@@ -361,4 +405,4 @@ def flash_attn_varlen_func(
     _check_options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                    return_attn_probs, block_table)
     return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                   return_attn_probs)
+                   return_attn_probs, dropout_p, window_size, softcap, alibi_slopes)

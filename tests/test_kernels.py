@@ -12,12 +12,14 @@ runs natively and adds larger shapes and 64-bit offsets.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
 from kernels import TileConfig, attention_reference, flash_attention, flash_attn_func
+from kernels.options import AttentionOptions
 
 
 HAS_CUDA = torch.cuda.is_available()
@@ -235,9 +237,12 @@ def test_causal_skips_tiles_above_the_diagonal(poisoned_allocations):
     torch.manual_seed(6)
     tiles = TileConfig(32, 32, 4, 2)
     q, k, v = make_inputs(1, 1, 1, 128, 128, 32, torch.float16)
+    opts = AttentionOptions(softmax_scale=0.1, causal=True, fwd_tiles=(32, 32, 4, 2), fit_fwd_tiles=False,
+                            recompute=False)
     with torch.no_grad():
-        _, _, scores = torch.ops.flash_attn_triton.fwd(q, k, v, 0.1, True, [32, 32, 4, 2], False, True, True, True, True)
-        _, _, all_scores = torch.ops.flash_attn_triton.fwd(q, k, v, 0.1, True, [32, 32, 4, 2], False, True, True, True, False)
+        _, _, scores = torch.ops.flash_attn_triton.fwd(q, k, v, None, None, opts.encode())
+        _, _, all_scores = torch.ops.flash_attn_triton.fwd(
+            q, k, v, None, None, dataclasses.replace(opts, skip_masked_tiles=False).encode())
     tile_rows = torch.arange(128, device=q.device)[:, None] // tiles.block_m
     tile_cols = torch.arange(128, device=q.device)[None, :] // tiles.block_n
     above = tile_cols > tile_rows

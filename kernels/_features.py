@@ -1,0 +1,125 @@
+"""The score transform and the mask, written once for every kernel (forward, dK/dV, dQ, probs).
+
+Index arguments `i` (query rows) and `j` (key columns) are int32 tensors that broadcast to the
+tile's shape, so one helper serves the (queries x keys) tiles of the forward and the dQ kernel
+and the transposed (keys x queries) tiles of the dK/dV kernel. Scores are in the log2 domain.
+
+- `_visible`: the sequence-end, causal (bottom-right aligned) and sliding-window mask:
+  query i sees key j iff i + Nk - Nq - win_left <= j <= i + Nk - Nq + win_right.
+- `_scores`: scale, softcap (softcap * tanh(scale * q.k / softcap)) and the ALiBi bias
+  -slope * |i + Nk - Nq - j|; also returns tanh for the softcap's gradient.
+- `_dropout_keep`: Philox counter-based keep mask, regenerated identically in every pass from
+  (seed, key index, query index, batch x head index): four independent 32-bit counters, so no
+  flat offset can overflow.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+_LOG2E = tl.constexpr(LOG2E)  # for use inside @triton.jit code
+
+
+@triton.jit
+def _visible(i, j, N_Q, N_K, win_left, win_right, CHECK_M: tl.constexpr, CAUSAL: tl.constexpr,
+             WINDOW: tl.constexpr):
+    visible = j < N_K
+    if CHECK_M:
+        visible = (i < N_Q) & visible
+    if CAUSAL:
+        visible = visible & (j <= i + (N_K - N_Q))
+    if WINDOW:
+        diag = i + (N_K - N_Q)
+        visible = visible & (j >= diag - win_left) & (j <= diag + win_right)
+    return visible
+
+
+@triton.jit
+def _tanh(x):
+    e = tl.math.exp2(tl.abs(x) * (-2.0 * _LOG2E))
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def _scores(qk, i, j, qk_scale, softcap_scale, softcap_log2, slope_log2, N_Q, N_K,
+            SOFTCAP: tl.constexpr, ALIBI: tl.constexpr):
+    """Log2-domain scores of the raw products q.k, and tanh of the softcap (for its gradient)."""
+    if SOFTCAP:
+        t = _tanh(qk * softcap_scale)
+        s = t * softcap_log2
+    else:
+        s = qk * qk_scale
+        t = s
+    if ALIBI:
+        s = s - slope_log2 * tl.abs(i + (N_K - N_Q) - j).to(tl.float32)
+    return s, t
+
+
+@triton.jit
+def _dropout_keep(seed, off_hz, i, j, dropout_p):
+    zero = i * 0 + j * 0  # the tile's shape
+    c0 = (j + zero).to(tl.uint32, bitcast=True)
+    c1 = (i + zero).to(tl.uint32, bitcast=True)
+    c2 = (zero + off_hz.to(tl.int32)).to(tl.uint32, bitcast=True)
+    r, _, _, _ = tl.philox(seed, c0, c1, c2, zero.to(tl.uint32, bitcast=True))
+    return tl.uint_to_uniform_float(r) >= dropout_p
+
+
+@triton.jit
+def _window_key_bounds(start_m, N_Q, N_K, win_left, win_right, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                       SKIP_MASKED: tl.constexpr):
+    """Key tiles of a query block under a window: [lo, a) masked, [a, b) unmasked, [b, hi) masked.
+
+    Tiles outside [lo, hi) are outside the window of every row of the block and are skipped.
+    """
+    if SKIP_MASKED:
+        first = start_m * BLOCK_M + (N_K - N_Q)  # diagonal of the block's first row
+        last = first + BLOCK_M - 1
+        lo = tl.maximum(first - win_left, 0) // BLOCK_N * BLOCK_N
+        hi = tl.maximum(tl.minimum(last + win_right + 1, N_K), lo)
+        a = tl.cdiv(tl.maximum(last - win_left, 0), BLOCK_N) * BLOCK_N
+        b = tl.maximum(tl.minimum(first + win_right + 1, N_K), 0) // BLOCK_N * BLOCK_N
+        a = tl.minimum(tl.maximum(a, lo), hi)
+        b = tl.maximum(tl.minimum(b, hi), a)
+    else:
+        lo = 0
+        a = 0
+        b = 0
+        hi = N_K
+    return lo, a, b, hi
+
+
+@triton.jit
+def _window_query_bounds(start_n, N_Q, N_K, win_left, win_right, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                         SKIP_MASKED: tl.constexpr):
+    """Query tiles of a key block under a window: [lo, a) masked, [a, b) all rows see the whole
+    key block and lie inside Nq, [b, hi) masked; the rest is skipped."""
+    if SKIP_MASKED:
+        off = N_K - N_Q
+        lo = tl.maximum(start_n - off - win_right, 0) // BLOCK_M * BLOCK_M
+        hi = tl.maximum(tl.minimum(start_n + BLOCK_N - off + win_left, N_Q), lo)
+        a = tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - off - win_right, 0), BLOCK_M) * BLOCK_M
+        b = tl.maximum(tl.minimum(start_n - off + win_left + 1, N_Q), 0) // BLOCK_M * BLOCK_M
+        a = tl.minimum(tl.maximum(a, lo), hi)
+        b = tl.maximum(tl.minimum(b, hi), a)
+    else:
+        lo = 0
+        a = 0
+        b = 0
+        hi = N_Q
+    return lo, a, b, hi
+
+
+@triton.jit
+def _sees_a_key(i, N_Q, N_K, win_left, win_right, CAUSAL: tl.constexpr, WINDOW: tl.constexpr):
+    """Rows that see at least one key (all rows when neither mask is on)."""
+    diag = i + (N_K - N_Q)
+    sees = diag >= -N_K  # always true; the shape of i
+    if CAUSAL:
+        sees = diag >= 0
+    if WINDOW:
+        sees = (diag + win_right >= 0) & (diag - win_left <= N_K - 1)
+    return sees

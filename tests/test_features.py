@@ -1,0 +1,426 @@
+"""flash-attn 2.8's training features in the kernels: sliding window, softcap, ALiBi, dropout.
+
+Each feature, alone and combined (with each other, causal, grouped-query heads, Nq != Nk, odd
+lengths and head dims), is checked forward (output, log-sum-exp) and backward (dq, dk, dv)
+against the float64 reference of kernels/reference.py with the rule of tests/test_kernels.py:
+our max error is at most twice that of PyTorch's attention in the same precision, plus a small
+floor. Dropout is checked against the reference given the mask rebuilt from the probabilities
+the kernels report (flash-attn's S_dmask convention: dropped entries are negative), and its
+keep rate, seeding and independence are checked on their own. Window tiles outside every
+query's window are shown never to be read (NaN placed there does not reach the results).
+
+Without a GPU this runs on the CPU through Triton's interpreter (small shapes, small tiles so
+that every loop segment runs); with one it adds larger shapes and the default tiles.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+import torch
+
+from kernels import (TileConfig, attention_reference, flash_attention, flash_attn_func, flash_attn_varlen_func)
+from test_kernels import (DEVICE, HAS_CUDA, assert_close_to_reference, make_inputs,  # noqa: F401 (a fixture)
+                          poisoned_allocations)
+
+SMALL_TILES = dict(fwd_tiles=TileConfig(16, 32, 4, 1), bwd_tiles=TileConfig(16, 32, 4, 1))
+
+
+def _seed(*key):
+    torch.manual_seed(zlib.crc32(repr(key).encode()))
+
+
+def _slopes(*shape):
+    return torch.rand(*shape, device=DEVICE, dtype=torch.float32) * 0.5 + 0.05
+
+
+def check_features(q, k, v, causal=False, dropout_p=0.0, switches=None, **features):
+    """Forward, lse and the three gradients of ours vs the float64 reference, with the features."""
+    switches = switches or {}
+    out, lse, probs = flash_attention(q, k, v, causal=causal, return_lse=True, return_probs=True,
+                                      dropout_p=dropout_p, **features, **switches)
+    assert probs.shape == (*q.shape[:3], k.shape[2]) and probs.dtype == torch.float32
+    ref_kw = dict(features)
+    if dropout_p > 0:
+        ref_kw.update(dropout_mask=probs >= 0, dropout_p=dropout_p)
+    d_out = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), d_out)
+    ref_out, ref_lse = attention_reference(q, k, v, causal=causal, upcast=True, **ref_kw)
+    ref_grads = torch.autograd.grad(ref_out, (q, k, v), d_out.double())
+    low_out, low_lse = attention_reference(q, k, v, causal=causal, upcast=False, **ref_kw)
+    low_grads = torch.autograd.grad(low_out, (q, k, v), d_out)
+
+    assert out.shape == q.shape and out.dtype == q.dtype and lse.shape == q.shape[:3]
+    assert not torch.isnan(out).any() and not torch.isnan(lse).any()
+    assert_close_to_reference("out", out, low_out, ref_out)
+    assert_close_to_reference("lse", lse, low_lse, ref_lse)
+    # The reported probabilities are those of the reference (undropped softmax), up to sign.
+    ref_probs = torch.softmax(_ref_scores(q, k, causal, features), dim=-1).nan_to_num(0.0)
+    assert (probs.abs() - ref_probs).abs().max().item() < 2e-3
+    for name, ours, low, ref in zip(("dq", "dk", "dv"), grads, low_grads, ref_grads):
+        assert not torch.isnan(ours).any(), f"{name} has NaN"
+        assert_close_to_reference(name, ours, low, ref)
+    return out, lse, probs
+
+
+def _ref_scores(q, k, causal, features):
+    from kernels.reference import _scores
+    return _scores(q.double(), k.double(), causal, None, features.get("window_size", (-1, -1)),
+                   features.get("softcap", 0.0), features.get("alibi_slopes"))
+
+
+# (batch, heads, kv_heads, seqlen_q, seqlen_k, head_dim), causal, features
+CASES = [
+    ("window", (1, 2, 1, 45, 70, 40), False, dict(window_size=(8, 3))),
+    ("window-left-only", (1, 2, 2, 70, 45, 72), False, dict(window_size=(10, -1))),
+    ("window-right-only", (2, 2, 2, 37, 53, 40), False, dict(window_size=(-1, 4))),
+    ("window-diagonal", (1, 2, 2, 33, 33, 24), False, dict(window_size=(0, 0))),
+    ("window-causal", (1, 4, 2, 45, 70, 40), True, dict(window_size=(12, -1))),
+    ("window-causal-right-ignored", (1, 2, 2, 50, 50, 40), True, dict(window_size=(7, 9))),
+    ("window-rows-without-keys", (1, 2, 1, 70, 20, 40), False, dict(window_size=(4, 2))),
+    ("softcap", (1, 2, 2, 45, 70, 96), False, dict(softcap=2.0)),
+    ("softcap-causal", (1, 4, 1, 70, 45, 40), True, dict(softcap=5.0)),
+    ("alibi-heads", (2, 2, 2, 45, 70, 40), False, dict(alibi_slopes="h")),
+    ("alibi-batch-heads-causal", (2, 2, 1, 70, 45, 40), True, dict(alibi_slopes="bh")),
+    ("window-softcap-alibi", (2, 4, 2, 45, 70, 72), False, dict(window_size=(20, 10), softcap=3.0,
+                                                               alibi_slopes="bh")),
+    ("window-softcap-alibi-causal", (1, 2, 2, 61, 61, 40), True, dict(window_size=(16, -1), softcap=3.0,
+                                                                     alibi_slopes="h")),
+    ("dropout", (1, 2, 2, 45, 70, 40), False, dict(dropout_p=0.2)),
+    ("dropout-gqa", (1, 4, 1, 45, 45, 40), False, dict(dropout_p=0.3)),
+    ("dropout-window", (1, 2, 1, 70, 45, 40), False, dict(dropout_p=0.2, window_size=(9, 4))),
+    ("dropout-causal-softcap-alibi", (2, 2, 2, 45, 70, 96), True, dict(dropout_p=0.15, softcap=4.0,
+                                                                      alibi_slopes="bh")),
+]
+if HAS_CUDA:
+    CASES += [
+        ("gpu-window-causal", (2, 8, 2, 1000, 1000, 64), True, dict(window_size=(256, -1))),
+        ("gpu-all", (1, 4, 4, 777, 1537, 128), False, dict(window_size=(300, 200), softcap=30.0,
+                                                          alibi_slopes="bh", dropout_p=0.1)),
+        ("gpu-dropout", (2, 4, 1, 513, 1031, 96), True, dict(dropout_p=0.2)),
+    ]
+
+
+def _resolve(features, batch, heads):
+    features = dict(features)
+    if features.get("alibi_slopes") == "h":
+        features["alibi_slopes"] = _slopes(heads)
+    elif features.get("alibi_slopes") == "bh":
+        features["alibi_slopes"] = _slopes(batch, heads)
+    return features
+
+
+# On the interpreter fp16 runs with the default tiles and bf16 with the small ones; a GPU runs all four.
+PRECISIONS = [pytest.param(torch.float16, "default", id="fp16-default"),
+              pytest.param(torch.bfloat16, "small", id="bf16-small")]
+if HAS_CUDA:
+    PRECISIONS += [pytest.param(torch.float16, "small", id="fp16-small"),
+                   pytest.param(torch.bfloat16, "default", id="bf16-default")]
+
+
+@pytest.mark.parametrize("dtype,tiles", PRECISIONS)
+@pytest.mark.parametrize("name,shape,causal,features", CASES, ids=[c[0] for c in CASES])
+def test_feature_matches_reference(name, shape, causal, features, dtype, tiles, poisoned_allocations):
+    _seed(name, dtype, tiles)
+    b, h, h_kv, n_q, n_k, d = shape
+    q, k, v = make_inputs(b, h, h_kv, n_q, n_k, d, dtype)
+    features = _resolve(features, b, h)
+    dropout_p = features.pop("dropout_p", 0.0)
+    check_features(q, k, v, causal, dropout_p, switches=SMALL_TILES if tiles == "small" else None, **features)
+
+
+def _assert_same(a, b, what):
+    """Bitwise on the interpreter; on a GPU the compiler may contract a multiply and a subtract
+    into an FMA in the unmasked loop but not in the masked one, so allow a last-bit difference
+    there (a dropped key changes results by about its probability, over 1e-2 here)."""
+    if HAS_CUDA:
+        torch.testing.assert_close(a, b, rtol=2e-3, atol=2e-3, msg=what)
+    else:
+        assert torch.equal(a, b), what
+
+
+# Nk - Nq = +-16: each bound of the skipped and the unmasked ranges falls on a tile edge for
+# one of left, right = 0, 1, 14, 15 (mod 16); Nk is whole tiles, so the unmasked range runs.
+@pytest.mark.parametrize("left", [-1, 0, 1, 14, 15])
+@pytest.mark.parametrize("n_q,n_k", [(48, 64), (80, 64)])
+def test_window_bounds_at_every_tile_offset(n_q, n_k, left):
+    """Windows whose edges fall on, just before and just after tile boundaries (16 x 16 tiles).
+
+    Output and lse go against the reference; the gradients against the same kernels with
+    skip_masked_tiles=False, which visit every tile and mask it: skipped tiles only ever
+    add exact zeros, so the two agree (bitwise on the interpreter) unless a bound drops a
+    visible tile or leaves a partly visible one unmasked. (Against
+    the reference, rows that see one or two keys make dq sensitive to the fp16 rounding of O
+    in delta = rowsum(dO * O), in flash-attn as here; test_feature_matches_reference covers it.)
+    """
+    _seed("sweep", n_q, n_k, left)
+    tiles = dict(fwd_tiles=TileConfig(16, 16, 4, 1), bwd_tiles=TileConfig(16, 16, 4, 1))
+    q, k, v = make_inputs(1, 1, 1, n_q, n_k, 16, torch.float16)
+    for window in [(left, right) for right in (-1, 0, 1, 14, 15) if (left, right) != (-1, -1)]:
+        out, lse = flash_attention(q, k, v, window_size=window, return_lse=True, **tiles)
+        d_out = torch.randn_like(out)
+        ref_out, ref_lse = attention_reference(q, k, v, window_size=window)
+        low_out, low_lse = attention_reference(q, k, v, window_size=window, upcast=False)
+        assert_close_to_reference(f"out {window}", out, low_out, ref_out)
+        assert_close_to_reference(f"lse {window}", lse, low_lse, ref_lse)
+        grads = torch.autograd.grad(out, (q, k, v), d_out)
+        full = flash_attention(q, k, v, window_size=window, skip_masked_tiles=False, **tiles)
+        for name, a, b in zip(("out", "dq", "dk", "dv"), (out, *grads),
+                              (full, *torch.autograd.grad(full, (q, k, v), d_out))):
+            _assert_same(a, b, f"{name} {window}")
+
+
+SWITCHES = [dict(seq_parallel=False), dict(deferred_rescale=False), dict(skip_masked_tiles=False),
+            dict(atomic_dq=True)]
+
+
+@pytest.mark.parametrize("switches", SWITCHES, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+def test_features_with_ablation_switches(switches, poisoned_allocations):
+    _seed("switches", switches)
+    q, k, v = make_inputs(2, 2, 1, 45, 70, 40, torch.float16)
+    check_features(q, k, v, False, 0.2, switches=dict(SMALL_TILES, **switches), window_size=(10, 5), softcap=3.0,
+                   alibi_slopes=_slopes(2, 2))
+
+
+def test_rows_without_keys_give_zero_and_minus_inf():
+    """Window entirely before the first key: out 0, lse -inf (flash_attention's convention)."""
+    _seed("empty rows")
+    q, k, v = make_inputs(1, 2, 2, 40, 10, 32, torch.float16)
+    out, lse = flash_attention(q, k, v, window_size=(2, 1), return_lse=True)
+    empty = torch.arange(40) + (10 - 40) + 1 < 0  # i + Nk - Nq + right < 0
+    assert empty.sum() == 29
+    assert (out[:, :, empty] == 0).all() and torch.isneginf(lse[:, :, empty]).all()
+    assert torch.isfinite(lse[:, :, ~empty]).all()
+
+
+def test_window_never_reads_keys_outside_every_window():
+    """NaN in keys and values no query can see changes nothing: those tiles are skipped.
+
+    Queries i see keys [i + 112, i + 128] (Nq 32, Nk 160, window (16, 0)); keys below 96 fill
+    whole tiles outside every window. With skip_masked_tiles=False the same NaN reaches the
+    results, which shows the check can fail.
+    """
+    _seed("skip")
+    q, k, v = make_inputs(1, 2, 1, 32, 160, 32, torch.float16)
+    tiles = dict(fwd_tiles=TileConfig(16, 32, 4, 1), bwd_tiles=TileConfig(16, 32, 4, 1))
+
+    def run(k, v, **switches):
+        out = flash_attention(q, k, v, window_size=(16, 0), **tiles, **switches)
+        return (out, *torch.autograd.grad(out, (q, k, v), torch.ones_like(out)))
+
+    clean = run(k, v)
+    k_bad, v_bad = k.detach().clone(), v.detach().clone()
+    k_bad[:, :, :96], v_bad[:, :, :96] = float("nan"), float("nan")
+    k_bad.requires_grad_()
+    v_bad.requires_grad_()
+    dirty = run(k_bad, v_bad)
+    for name, a, b in zip(("out", "dq", "dk", "dv"), clean, dirty):
+        assert torch.equal(a, b) or name in ("dk", "dv"), name
+    for a, b in zip(clean[2:], dirty[2:]):  # dk, dv: equal where keys are seen, zero where skipped
+        assert torch.equal(a[:, :, 96:], b[:, :, 96:]) and (b[:, :, :96] == 0).all()
+    assert torch.isnan(run(k_bad, v_bad, skip_masked_tiles=False)[0]).any()
+
+
+# --------------------------------------------------------------------------------------------
+# Dropout: the mask itself.
+# --------------------------------------------------------------------------------------------
+
+def _probs(q, k, v, p, **kw):
+    return flash_attention(q, k, v, dropout_p=p, return_probs=True, **kw)
+
+
+def test_dropout_keep_rate_is_binomial():
+    _seed("keep rate")
+    q, k, v = make_inputs(2, 2, 2, 64, 96, 32, torch.float16)
+    for p in (0.1, 0.5):
+        _, probs = _probs(q, k, v, p)
+        n = probs.numel()
+        kept = (probs > 0).double().mean().item()  # undropped softmax entries are > 0 here
+        assert (probs != 0).all()
+        sd = ((1 - p) * p / n) ** 0.5
+        assert abs(kept - (1 - p)) < 5 * sd, (p, kept)
+        # independent across heads and rows: no head or row repeats another's mask
+        mask = probs > 0
+        assert not torch.equal(mask[0, 0], mask[0, 1]) and not torch.equal(mask[0, 0], mask[1, 0])
+        assert not torch.equal(mask[0, 0, 0], mask[0, 0, 1])
+
+
+def test_dropout_same_seed_same_mask_other_seed_other_mask():
+    _seed("seeds")
+    q, k, v = make_inputs(1, 2, 2, 33, 47, 32, torch.float16)
+    torch.manual_seed(123)
+    out1, probs1 = _probs(q, k, v, 0.3)
+    torch.manual_seed(123)
+    out2, probs2 = _probs(q, k, v, 0.3)
+    torch.manual_seed(124)
+    out3, probs3 = _probs(q, k, v, 0.3)
+    assert torch.equal(probs1 >= 0, probs2 >= 0) and torch.equal(out1, out2)
+    assert not torch.equal(probs1 >= 0, probs3 >= 0) and not torch.equal(out1, out3)
+    # consecutive calls draw fresh seeds
+    _, probs4 = _probs(q, k, v, 0.3)
+    assert not torch.equal(probs3 >= 0, probs4 >= 0)
+
+
+def test_dropout_backward_is_deterministic_and_regenerates_the_mask():
+    """Same seed twice: identical gradients (the backward rebuilds the forward's mask)."""
+    _seed("dropout bwd")
+    q, k, v = make_inputs(1, 2, 1, 40, 40, 32, torch.float16)
+    results = []
+    for _ in range(2):
+        torch.manual_seed(7)
+        out = flash_attention(q, k, v, dropout_p=0.25)
+        results.append(torch.autograd.grad(out, (q, k, v), torch.ones_like(out)))
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
+def test_no_dropout_leaves_the_mask_positive():
+    _seed("no dropout")
+    q, k, v = make_inputs(1, 1, 1, 20, 30, 16, torch.float16)
+    _, probs = flash_attention(q, k, v, return_probs=True)
+    assert (probs > 0).all()
+    assert torch.allclose(probs.sum(-1), torch.ones(1, 1, 20), atol=1e-5)
+
+
+# --------------------------------------------------------------------------------------------
+# Refusals.
+# --------------------------------------------------------------------------------------------
+
+BAD = [
+    (dict(window_size=(-2, 0)), ValueError, "window_size"),
+    (dict(window_size=(3,)), ValueError, "window_size"),
+    (dict(softcap=-1.0), ValueError, "softcap"),
+    (dict(dropout_p=1.0), ValueError, "dropout_p"),
+    (dict(alibi_slopes=torch.ones(3)), ValueError, "alibi_slopes must have shape"),
+    (dict(alibi_slopes=torch.ones(2, dtype=torch.float16)), ValueError, "float32"),
+    (dict(softcap=1.0, algorithm="fa1"), NotImplementedError, "softcap"),
+    (dict(window_size=(4, 0), recompute=False), NotImplementedError, "window_size"),
+    (dict(dropout_p=0.1, recompute=False), NotImplementedError, "dropout_p"),
+]
+
+
+@pytest.mark.parametrize("kw,error,message", BAD, ids=[str(b[0]) for b in BAD])
+def test_bad_feature_arguments_are_refused(kw, error, message):
+    q, k, v = make_inputs(1, 2, 2, 8, 8, 16, torch.float16)
+    if isinstance(kw.get("alibi_slopes"), torch.Tensor):
+        kw = dict(kw, alibi_slopes=kw["alibi_slopes"].to(DEVICE))
+    with pytest.raises(error, match=message):
+        flash_attention(q, k, v, **kw)
+
+
+# --------------------------------------------------------------------------------------------
+# flash-attn's functions pass the features through (dense and varlen).
+# --------------------------------------------------------------------------------------------
+
+def test_flash_attn_func_features_and_s_dmask(poisoned_allocations):
+    """(B, N, H, D) layout, every feature, S_dmask rebuilt into the dropout mask."""
+    _seed("flash_attn_func")
+    b, n_q, n_k, h, h_kv, d = 2, 37, 51, 4, 2, 40
+    q = torch.randn(b, n_q, h, d, device=DEVICE, dtype=torch.float16).requires_grad_()
+    k = torch.randn(b, n_k, h_kv, d, device=DEVICE, dtype=torch.float16).requires_grad_()
+    v = torch.randn(b, n_k, h_kv, d, device=DEVICE, dtype=torch.float16).requires_grad_()
+    slopes = _slopes(b, h)
+    kw = dict(window_size=(12, 3), softcap=2.5, alibi_slopes=slopes)
+    out, lse, s_dmask = flash_attn_func(q, k, v, 0.2, None, True, return_attn_probs=True, **kw)
+    assert s_dmask.shape == (b, h, n_q, n_k)
+    ref_kw = dict(kw, dropout_mask=s_dmask >= 0, dropout_p=0.2)
+    bnhd = lambda t: t.transpose(1, 2)
+    d_out = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), d_out)
+    ref_out, ref_lse = attention_reference(bnhd(q), bnhd(k), bnhd(v), causal=True, **ref_kw)
+    ref_grads = torch.autograd.grad(ref_out, (q, k, v), bnhd(d_out).double())
+    low_out, low_lse = attention_reference(bnhd(q), bnhd(k), bnhd(v), causal=True, upcast=False, **ref_kw)
+    low_grads = torch.autograd.grad(low_out, (q, k, v), bnhd(d_out))
+    assert_close_to_reference("out", bnhd(out), low_out, ref_out)
+    assert_close_to_reference("lse", lse, low_lse, ref_lse)
+    for name, ours, low, ref in zip(("dq", "dk", "dv"), grads, low_grads, ref_grads):
+        assert_close_to_reference(name, ours, low, ref)
+
+
+def test_flash_attn_func_lse_of_rows_without_keys_is_plus_inf():
+    """flash-attn's kernel writes +inf for a row that sees no key; its functions here do too."""
+    q, k, v = (torch.randn(1, n, 2, 16, device=DEVICE, dtype=torch.float16) for n in (12, 4, 4))
+    out, lse, _ = flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    assert torch.isposinf(lse[:, :, :8]).all() and torch.isfinite(lse[:, :, 8:]).all()
+    assert (out[:, :8] == 0).all()
+
+
+def test_flash_attn_window_at_least_seqlen_k_means_unbounded():
+    """flash-attn turns a window bound >= seqlen_k into -1 (unbounded), also for Nq > Nk."""
+    _seed("window clamp")
+    q = torch.randn(1, 40, 2, 16, device=DEVICE, dtype=torch.float16)
+    k, v = (torch.randn(1, 20, 2, 16, device=DEVICE, dtype=torch.float16) for _ in range(2))
+    assert torch.equal(flash_attn_func(q, k, v, window_size=(20, 25)), flash_attn_func(q, k, v))
+
+
+@pytest.mark.parametrize("dropout_p", [0.0, 0.2], ids=["no-dropout", "dropout"])
+def test_varlen_passes_features_per_sequence(dropout_p, poisoned_allocations):
+    """Window, softcap, per-sequence (B, H) ALiBi and dropout through the varlen function,
+    checked sequence by sequence; each sequence gets its own dropout mask."""
+    _seed("varlen", dropout_p)
+    lengths_q, lengths_k, h, h_kv, d = [17, 5, 33], [29, 12, 20], 4, 2, 40
+    cu_q = torch.tensor([0, *torch.tensor(lengths_q).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
+    cu_k = torch.tensor([0, *torch.tensor(lengths_k).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
+    q = torch.randn(sum(lengths_q), h, d, device=DEVICE, dtype=torch.float16).requires_grad_()
+    k = torch.randn(sum(lengths_k), h_kv, d, device=DEVICE, dtype=torch.float16).requires_grad_()
+    v = torch.randn(sum(lengths_k), h_kv, d, device=DEVICE, dtype=torch.float16).requires_grad_()
+    slopes = _slopes(3, h)
+    kw = dict(window_size=(6, 2), softcap=3.0)
+    out, lse, s_dmask = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), dropout_p,
+                                               causal=False, alibi_slopes=slopes, return_attn_probs=True, **kw)
+    d_out = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), d_out)
+    masks = []
+    for i in range(3):
+        q0, q1, k0, k1 = cu_q[i].item(), cu_q[i + 1].item(), cu_k[i].item(), cu_k[i + 1].item()
+        seq = lambda t, a, b: t[a:b].detach().transpose(0, 1).unsqueeze(0).requires_grad_()
+        sq, sk, sv = seq(q, q0, q1), seq(k, k0, k1), seq(v, k0, k1)
+        ref_kw = dict(kw, alibi_slopes=slopes[i])
+        if dropout_p:
+            mask = s_dmask[i, :, :q1 - q0, :k1 - k0] >= 0
+            masks.append(mask)
+            ref_kw.update(dropout_mask=mask[None], dropout_p=dropout_p)
+        sd = d_out[q0:q1].transpose(0, 1).unsqueeze(0)
+        ref_out, ref_lse = attention_reference(sq, sk, sv, **ref_kw)
+        ref_g = torch.autograd.grad(ref_out, (sq, sk, sv), sd.double())
+        low_out, low_lse = attention_reference(sq, sk, sv, upcast=False, **ref_kw)
+        low_g = torch.autograd.grad(low_out, (sq, sk, sv), sd)
+        # flash-attn's convention for rows that see no key: lse = +inf
+        ref_lse, low_lse = (x.masked_fill(torch.isneginf(x), float("inf")) for x in (ref_lse, low_lse))
+        assert torch.isposinf(lse[:, q0:q1]).any() == torch.isposinf(ref_lse).any()
+        assert_close_to_reference(f"out[{i}]", out[q0:q1].transpose(0, 1)[None], low_out, ref_out)
+        assert_close_to_reference(f"lse[{i}]", lse[:, q0:q1][None], low_lse, ref_lse)
+        ours_g = (grads[0][q0:q1], grads[1][k0:k1], grads[2][k0:k1])
+        for name, ours, low, ref in zip(("dq", "dk", "dv"), ours_g, low_g, ref_g):
+            assert_close_to_reference(f"{name}[{i}]", ours.transpose(0, 1)[None], low, ref)
+    if dropout_p:
+        assert s_dmask.shape == (3, h, max(lengths_q), max(lengths_k))
+        n = min(lengths_q)
+        assert not torch.equal(masks[0][:, :n, :12], masks[1][:, :n, :12]), "sequences share a dropout mask"
+    else:
+        assert s_dmask.shape == (0,)
+
+
+def test_torch_compile_fullgraph_with_features():
+    """The features travel through the ops' schemas: no graph break, same result as eager."""
+    _seed("compile")
+    q, k, v = make_inputs(1, 2, 1, 24, 40, 16, torch.float16)
+    slopes = _slopes(2)
+
+    def block(q, k, v):
+        return flash_attention(q, k, v, window_size=(8, 2), softcap=3.0, alibi_slopes=slopes,
+                               dropout_p=0.2).float().square().mean()
+
+    compiled = torch.compile(block, fullgraph=True, backend="inductor" if HAS_CUDA else "aot_eager")
+    import torch._inductor.config as inductor_config
+    with inductor_config.patch(fallback_random=True):  # inductor draws the seed as eager does
+        torch.manual_seed(5)
+        loss = compiled(q, k, v)
+    grads = torch.autograd.grad(loss, (q, k, v))
+    torch.manual_seed(5)
+    eager_loss = block(q, k, v)
+    eager_grads = torch.autograd.grad(eager_loss, (q, k, v))
+    assert torch.allclose(loss, eager_loss, rtol=1e-3, atol=1e-5)
+    for a, b in zip(grads, eager_grads):
+        assert torch.allclose(a, b, rtol=1e-2, atol=1e-3)
