@@ -18,10 +18,11 @@ flash_attn/flash_attn_interface.py), and the same meaning:
 - rotary_cos, rotary_sin (Nro, rotary_dim / 2), optional: rotary embedding applied to the
   first rotary_dim features of k (before it is written) at positions cache_seqlens + i, and of
   q at positions cache_seqlens + i when causal or local, else all of q at position
-  cache_seqlens (flash-attn's rule). rotary_interleaved: True rotates pairs (0, 1), (2, 3), ...
+  cache_seqlens (flash-attn's rule). Only with k and v, as in flash-attn. rotary_interleaved: True rotates pairs (0, 1), (2, 3), ...
   (GPT-J), False rotates halves (GPT-NeoX).
 - cache_batch_idx (B,) int32: sequence b reads (and appends to) cache row cache_batch_idx[b]
-  (dense cache only, as in flash-attn).
+  (dense cache only, as in flash-attn; with repeated rows the appended values of one of the
+  duplicates win, as there).
 - cache_leftpad (B,) int32: sequence b's cache starts at position cache_leftpad[b] (left
   padding); its keys are positions [cache_leftpad, cache_seqlens + Nnew).
 - softmax_scale (default 1/sqrt(D)), causal (bottom-right aligned to the cache length after the
@@ -45,10 +46,9 @@ constant and leaves the output the same). fp8 caches (and q/k/v descales) are no
 NotImplementedError.
 """
 
-from __future__ import annotations
-
 import math
 import numbers
+from typing import Optional, Union
 
 import torch
 
@@ -146,10 +146,10 @@ def flash_attn_with_kvcache(
     v=None,
     rotary_cos=None,
     rotary_sin=None,
-    cache_seqlens=None,
-    cache_batch_idx=None,
-    cache_leftpad=None,
-    block_table=None,
+    cache_seqlens: Optional[Union[(int, torch.Tensor)]] = None,
+    cache_batch_idx: Optional[torch.Tensor] = None,
+    cache_leftpad: Optional[torch.Tensor] = None,
+    block_table: Optional[torch.Tensor] = None,
     softmax_scale=None,
     causal=False,
     window_size=(-1, -1),
@@ -216,8 +216,6 @@ def flash_attn_with_kvcache(
             if any(not 0 <= i < k_cache.shape[0] for i in idx):
                 raise ValueError(f"cache_batch_idx values must be in [0, {k_cache.shape[0]}) (the cache's batch), "
                                  f"got {idx}")
-            if k is not None and len(set(idx)) != len(idx):
-                raise ValueError("cache_batch_idx must not repeat a cache row when k, v are appended")
         elif k_cache.shape[0] != batch:
             raise ValueError(f"k_cache has batch {k_cache.shape[0]} but q has {batch}; pass cache_batch_idx to "
                              "choose cache rows")
@@ -271,6 +269,8 @@ def flash_attn_with_kvcache(
     if (rotary_cos is None) != (rotary_sin is None):
         raise ValueError("rotary_cos and rotary_sin must be given together")
     if rotary_cos is not None:
+        if k is None:
+            raise ValueError("rotary_cos / rotary_sin need the new k and v to append (as in flash-attn)")
         for name, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
             if not isinstance(t, torch.Tensor) or t.dim() != 2:
                 raise ValueError(f"{name} must be a 2-D tensor (seqlen_ro, rotary_dim / 2)")
