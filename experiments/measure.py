@@ -251,7 +251,7 @@ def precompile(cells, device: torch.device) -> None:
     """
     representatives = {}
     for cell in cells:
-        if cell.provider in ("ours", "flex") and cell.experiment != "training":
+        if cell.provider in ("ours", "flex") and cell.experiment not in ("training", "decode"):
             shape = (cell.batch, cell.heads, cell.seqlen_q, cell.seqlen_k) if cell.provider == "flex" else ()
             key = (cell.provider, cell.mode, cell.dtype, cell.head_dim, cell.causal, cell.switches, cell.fwd_tiles,
                    cell.bwd_tiles, shape)
