@@ -38,7 +38,7 @@ def _cells(frame: pd.DataFrame, value: str = "ms") -> pd.DataFrame:
 
     cells = aggregate(attention_rows(frame), "ms", keys=["experiment", "provider", "variant"] + KEYS)
     moved = [moved_bytes(int(c.batch), int(c.heads), int(c.kv_heads), int(c.seqlen_k), int(c.head_dim), c.dtype)
-             if c.dtype in ("fp16", "bf16") else float("nan") for c in cells.itertuples()]
+             if c.dtype in ("fp16", "bf16") and not pd.isna(c.batch) else float("nan") for c in cells.itertuples()]
     cells["bandwidth_gbs"] = pd.Series(moved, index=cells.index, dtype=float) / (cells["ms"] * 1e-3) / 1e9
     return cells
 
@@ -201,6 +201,7 @@ def draw(frames):
         group = heads // kv_heads
         axis.set_title(f"{heads} q heads / {kv_heads} kv heads ({'MHA' if group == 1 else f'GQA {group}:1'}), "
                        f"batch {batch}", fontsize=8)
-        axis.legend(fontsize=6, frameon=False)
+        axis.set_ylim(bottom=0)
+        axis.legend(fontsize=6, frameon=False, loc="lower right")
     figure.tight_layout()
     return figure
