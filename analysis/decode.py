@@ -81,8 +81,9 @@ def _ratios(frame, baseline: dict, candidate: dict, value: str = "ms") -> tuple[
         arms[name] = select(cells, arm)
     left_out = pd.concat([arms["baseline"], arms["candidate"]], ignore_index=True)
     left_out = left_out[left_out["excluded"] != ""]
-    both = eligible(arms["baseline"]).set_index(KEYS)[[value]].join(
-        eligible(arms["candidate"]).set_index(KEYS)[[value]], lsuffix="_baseline", rsuffix="_candidate", how="inner")
+    both = eligible(arms["baseline"]).set_index(KEYS)[[value]].merge(
+        eligible(arms["candidate"]).set_index(KEYS)[[value]], left_index=True, right_index=True,
+        suffixes=("_baseline", "_candidate"))
     both["ratio"] = both[f"{value}_baseline"] / both[f"{value}_candidate"]
     return both.reset_index(), left_out
 

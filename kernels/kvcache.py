@@ -245,12 +245,14 @@ def flash_attn_with_kvcache(
         left_host = [0] * batch
     seqlens_k = (lens + n_new).to(torch.int32).contiguous()
     if paged:
-        used = [-(-(n + n_new) // page_size) for n in lens_host]
-        for b, pages in enumerate(used):
-            row = block_table[b, :pages]
-            if pages and (int(row.min()) < 0 or int(row.max()) >= num_blocks):
-                raise ValueError(f"block_table[{b}] holds page indices outside [0, {num_blocks}) in its first "
-                                 f"{pages} entries")
+        # the entries the kernel reads: the first ceil(seqlen_k / page_size) of each row (one synchronisation)
+        used = (seqlens_k.long() + page_size - 1) // page_size
+        read = torch.arange(block_table.shape[1], device=device)[None, :] < used[:, None]
+        bad = read & ((block_table < 0) | (block_table >= num_blocks))
+        if bool(bad.any()):
+            b = int(bad.any(dim=1).nonzero()[0, 0])
+            raise ValueError(f"block_table[{b}] holds page indices outside [0, {num_blocks}) in its first "
+                             f"{int(used[b])} entries")
 
     if alibi_slopes is not None:
         if not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.dtype != torch.float32:
