@@ -9,7 +9,8 @@ and V caches fit in `max_cache_gb`, head dim `head_dim`, each dtype; providers
   sdpa   torch SDPA on (B, H, 1, D) x (B, Hkv, N, D), the fastest of the flash / efficient / cuDNN
          backends that run the shape (the row's note says which: "sdpa_backend=...")
   flex   FlexAttention (torch.compile, once per shape) with a query of length 1, only at the
-         `flex_batches` x `flex_dtypes` (each shape costs a compilation)
+         `flex_batches` x `flex_cache_lens` x `flex_dtypes` (each shape costs a compilation; the runner
+         compiles them ahead, in parallel processes, as it does for the other ablations)
 Each pass of the grid also times a device-to-device copy (`torch_copy`, `copy_mib` MiB) first, the
 roof that the achieved bandwidth is read against. A row's cache length is seqlen_k (every sequence
 full), its page size the `page_size` column (empty: dense), and `bandwidth_gbs` = the bytes of K and V
@@ -53,7 +54,8 @@ def cells(s: dict, make_cell) -> list:
             if provider == "ours":
                 for page_size in [None, *s["page_sizes"]]:
                     out.append(make_cell("decode", "ours", "fwd", dtype, variant=layout_variant(page_size), **shape))
-            elif provider == "flex" and (batch not in s["flex_batches"] or dtype not in s["flex_dtypes"]):
+            elif provider == "flex" and (batch not in s["flex_batches"] or n not in s["flex_cache_lens"]
+                                         or dtype not in s["flex_dtypes"]):
                 continue
             else:
                 out.append(make_cell("decode", provider, "fwd", dtype, variant="dense", **shape))

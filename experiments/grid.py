@@ -215,12 +215,12 @@ def cells(ablation: str, settings: dict, on_gpu: bool) -> list[Cell]:
     one_pass = ABLATIONS[ablation](settings)
     if ablation not in TIMED_ABLATIONS:
         return one_pass
+    if ablation == "decode":  # decoding is read against the copy bandwidth: each pass times it too
+        one_pass = [Cell(ablation, "torch_copy", "copy", "fp16", size=settings["copy_mib"] * 2**20)] + one_pass
     if ablation != "ceiling":
         dtypes = sorted({cell.dtype for cell in one_pass})
         one_pass = [Cell(ablation, "torch_matmul", "matmul", dtype, size=settings["ceiling_matmul_size"])
                     for dtype in dtypes] + one_pass
-    if ablation == "decode":  # decoding is read against the copy bandwidth: each pass times it too
-        one_pass = [Cell(ablation, "torch_copy", "copy", "fp16", size=settings["copy_mib"] * 2**20)] + one_pass
     return [dataclasses.replace(cell, repetition=repetition)
             for repetition in range(settings["repetitions"]) for cell in one_pass]
 

@@ -12,7 +12,8 @@ flash_attn/flash_attn_interface.py), and the same meaning:
   when `block_table` (B, max_blocks) int32 is given (page_size a multiple of 16; pages in any
   order). H must be a multiple of Hkv (MHA, GQA, MQA).
 - cache_seqlens: int or (B,) int32, the number of tokens already in each sequence's cache
-  (None: the whole cache, Ncache or max_blocks * page_size).
+  (None: the whole cache, Ncache or max_blocks * page_size, less the Nnew tokens appended, so that
+  they fit).
 - k, v (B, Nnew, Hkv, D), optional: written INTO k_cache / v_cache (in place) at positions
   cache_seqlens[b] .. cache_seqlens[b] + Nnew - 1, then attended to with the rest of the cache.
 - rotary_cos, rotary_sin (Nro, rotary_dim / 2), optional: rotary embedding applied to the
