@@ -103,3 +103,20 @@ def test_figure_with_and_without_results(frames, tmp_path):
     save(draw("decode", frames, read_hardware()), "decode", tmp_path)
     save(draw("decode", {k: v for k, v in frames.items() if k != "decode"}, read_hardware()), "decode", tmp_path)
     assert (tmp_path / "decode.png").exists()
+
+
+def test_report_says_decode_was_not_measured_without_its_file(tmp_path):
+    from analysis import claims, facts, figures
+    from analysis.catalog import FIGURES
+    from paper.render import render
+
+    directory = write_results(tmp_path / "results")
+    (directory / "decode.csv").unlink()
+    build = tmp_path / "analysis"
+    claims.main(str(directory), str(build / "verdicts.json"), str(build / "claims.csv"))
+    facts.main(str(directory), str(build / "figures"), str(build / "facts.json"))
+    for name in FIGURES:
+        figures.main(name, str(directory), str(build / "figures"))
+    text = render(build, tmp_path / "paper", pdf=False)["md"].read_text()
+    assert "Beyond the paper: decoding" in text
+    assert "decode: not measured in the archived run yet" in text
