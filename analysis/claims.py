@@ -588,3 +588,6 @@ def main(results_dir: str, json_path: str, csv_path: str) -> None:
 
 if __name__ == "__main__":
     main(*sys.argv[1:])
+
+
+from analysis import decode as _decode_metrics  # noqa: E402, F401 (registers the decode ablation's metrics)

@@ -22,6 +22,7 @@ from analysis.claims import paired_ratio, to_json
 from analysis.figures import MODE_TITLES, PROVIDERS, VARIANTS
 from analysis.load import (EXPERIMENTS, PROVENANCE_COLUMNS, TIMED_ABLATIONS, attention_rows, measured,
                            not_measured, read_results)
+from analysis.decode import facts as decode_facts
 from analysis.peaks import datasheet_entry, main_gpu, paper_gpu_entry, read_hardware
 
 ANALYSIS_PACKAGES = ("pandas", "matplotlib", "seaborn", "jinja2", "snakemake")
@@ -344,6 +345,7 @@ def collect(frames: dict[str, pd.DataFrame], hardware: dict, figures_dir: str | 
             "speed_table": speed_table(frames),
             "best_tiles": best_tiles(frames), "fa1_steps": fa1_steps(frames), "failures": failures(frames),
             "training": training(frames, hardware), "not_measured": not_measured(frames),
+            "decode": decode_facts(frames),
             "figures": figures(figures_dir)}
 
 

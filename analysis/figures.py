@@ -505,6 +505,12 @@ def draw_training(frames):
     return figure
 
 
+def _draw_decode(frames):
+    from analysis.decode import draw as draw_decode
+
+    return draw_decode(frames)
+
+
 def draw(name: str, frames: dict, hardware: dict):
     _style()
     if name.startswith("speed_"):
@@ -514,7 +520,8 @@ def draw(name: str, frames: dict, hardware: dict):
     if name == "peak_fraction":
         return draw_peak_fraction(frames, hardware)
     return {"memory": draw_memory, "recompute": draw_recompute, "causal": draw_causal,
-            "fa1_to_fa2": draw_fa1_to_fa2, "accuracy": draw_accuracy, "training": draw_training}[name](frames)
+            "fa1_to_fa2": draw_fa1_to_fa2, "accuracy": draw_accuracy, "training": draw_training,
+            "decode": _draw_decode}[name](frames)
 
 
 def save(figure, name: str, out_dir: str | Path) -> dict[str, Path]:

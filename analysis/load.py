@@ -14,6 +14,7 @@ from experiments.schema import (ABLATIONS, CEILING_PROVIDERS, CELL_KEYS, COLUMNS
                                 INTEGER_COLUMNS, LOSS_COLUMNS, MEMORY_COLUMNS, MODES, PROVENANCE_COLUMNS,
                                 SHAPE_COLUMNS, STATUSES, TELEMETRY_COLUMNS, TILE_COLUMNS, TIMED_ABLATIONS,
                                 TIMING_COLUMNS)
+from experiments.schema import LATER_COLUMNS  # decode's columns, absent from older files
 
 EXPERIMENTS = ABLATIONS  # the analysis calls an ablation's results file an experiment
 
@@ -36,6 +37,9 @@ def read_experiment(path: str | Path) -> pd.DataFrame:
     """
     path = Path(path)
     frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    for column in LATER_COLUMNS:  # a file written before these columns: they read as empty
+        if column not in frame.columns:
+            frame[column] = ""
     missing = [column for column in COLUMNS if column not in frame.columns]
     if missing:
         raise SchemaError(f"{path}: missing columns {missing} (written by an older schema? see experiments/schema.py)")

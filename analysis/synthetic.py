@@ -9,6 +9,7 @@ one is made noisy, so that every exclusion path of the analysis has rows to act 
 """
 from __future__ import annotations
 
+import itertools
 import random
 from pathlib import Path
 
@@ -338,9 +339,38 @@ def training_loss_rows(steps: int = 300) -> list[dict]:
     return rows
 
 
+# decode: achieved bandwidth (GB/s) of each provider and layout; the copy roof; paged slowdowns over dense
+DECODE_COPY_GBS = 4000.0
+DECODE_GBS = {("ours", "dense"): 3400.0, ("ours", "paged256"): 3400.0 / 1.03, ("ours", "paged16"): 3400.0 / 1.08,
+              ("sdpa", "dense"): 2800.0, ("flex", "dense"): 2500.0}
+
+
+def decode_rows() -> list[dict]:
+    """The decode ablation: a copy row per pass, then one token over caches of 1k-32k keys, batch 8, GQA 8:1 and MHA."""
+    from experiments.decode import moved_bytes, page_size_of
+
+    rows = []
+    for repetition in range(REPETITIONS):
+        size = 2**30
+        ms = 2 * size / (DECODE_COPY_GBS * 1e6) * _jitter("decode-copy", repetition)
+        rows.append(_row("decode", "torch_copy", "copy", note=f"bytes={2 * size}", repetition=repetition, ms=ms,
+                         ms_p20=ms * 0.99, ms_p80=ms * 1.01, gpu_ms=ms * 0.995, host_ms=0.01, host_bound=0))
+        for (heads, kv_heads), cache, ((provider, variant), gbs) in itertools.product(
+                ((32, 4), (32, 32)), (1024, 8192, 32768), DECODE_GBS.items()):
+            moved = moved_bytes(8, heads, kv_heads, cache, 128, "fp16")
+            ms = moved / (gbs * 1e6) * _jitter("decode", provider, variant, heads, kv_heads, cache, repetition)
+            row = _row("decode", provider, "fwd", variant=variant)
+            row.update(batch=8, heads=heads, kv_heads=kv_heads, seqlen_q=1, seqlen_k=cache, head_dim=128, causal=1)
+            rows.append(dict(row, repetition=repetition, ms=ms, ms_p20=ms * 0.99, ms_p80=ms * 1.01, gpu_ms=ms / 1.01, host_ms=ms * 0.05,
+                             host_bound=0, page_size=page_size_of(variant) or "", bandwidth_gbs=moved / (ms * 1e6),
+                             note=f"bytes={moved}"))
+    return rows
+
+
 ROWS = {"speed": speed_rows, "tiles": tiles_rows, "causal": causal_rows, "seqlen": seqlen_rows,
         "recompute": recompute_rows, "fa1_vs_fa2": fa1_vs_fa2_rows, "accuracy": accuracy_rows,
-        "ceiling": ceiling_rows, "training": training_rows}
+        "ceiling": ceiling_rows, "training": training_rows,
+        "decode": decode_rows}
 
 
 def write_results(results_dir: str | Path) -> Path:

@@ -188,10 +188,18 @@ def largest_batch_cell(cell: Cell) -> Cell | None:
 
 
 
+def decode(s: dict) -> list[Cell]:
+    """Inference decoding over a KV cache (experiments/decode.py builds the cells)."""
+    from experiments import decode as decode_cells
+
+    return decode_cells.cells(s, Cell)
+
+
 # Each ablation's cell builder, by the names experiments/schema.py defines.
 ABLATIONS = {
     "speed": speed, "tiles": tiles, "causal": causal, "seqlen": seqlen, "recompute": recompute,
     "fa1_vs_fa2": fa1_vs_fa2, "accuracy": accuracy, "ceiling": ceiling, "training": training,
+    "decode": decode,
 }
 assert tuple(ABLATIONS) == _NAMES, "experiments/schema.py and the builders here name the same ablations"
 
@@ -207,6 +215,8 @@ def cells(ablation: str, settings: dict, on_gpu: bool) -> list[Cell]:
     one_pass = ABLATIONS[ablation](settings)
     if ablation not in TIMED_ABLATIONS:
         return one_pass
+    if ablation == "decode":  # decoding is read against the copy bandwidth: each pass times it too
+        one_pass = [Cell(ablation, "torch_copy", "copy", "fp16", size=settings["copy_mib"] * 2**20)] + one_pass
     if ablation != "ceiling":
         dtypes = sorted({cell.dtype for cell in one_pass})
         one_pass = [Cell(ablation, "torch_matmul", "matmul", dtype, size=settings["ceiling_matmul_size"])

@@ -253,7 +253,9 @@ def precompile(cells, device: torch.device) -> None:
     """
     representatives = {}
     for cell in cells:
-        if cell.provider in ("ours", "flex") and cell.experiment != "training":
+        if cell.experiment == "decode" and cell.provider == "flex":  # FlexAttention decode: one graph per shape
+            representatives.setdefault(("decode", cell.batch, cell.heads, cell.kv_heads, cell.seqlen_k, cell.dtype), cell)
+        elif cell.provider in ("ours", "flex") and cell.experiment not in ("training", "decode"):
             shape = (cell.batch, cell.heads, cell.seqlen_q, cell.seqlen_k) if cell.provider == "flex" else ()
             key = (cell.provider, cell.mode, cell.dtype, cell.head_dim, cell.causal, cell.switches, cell.fwd_tiles,
                    cell.bwd_tiles, shape)
@@ -272,6 +274,12 @@ def precompile(cells, device: torch.device) -> None:
 
 def _call_once(cell, device_type: str) -> None:
     try:
+        if cell.experiment == "decode":
+            from experiments import decode
+
+            decode.call(cell, torch.device(device_type))[0]()
+            torch.cuda.synchronize()
+            return
         _timed_call(cell, torch.device(device_type))[0]()
         torch.cuda.synchronize()
     except Exception:

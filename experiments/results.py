@@ -10,7 +10,7 @@ import dataclasses
 import json
 import os
 
-from experiments.schema import COLUMNS, FILE_COLUMNS, Row
+from experiments.schema import COLUMNS, FILE_COLUMNS, LATER_COLUMNS, Row
 
 
 def columns_of(path: str) -> list[str]:
@@ -35,6 +35,9 @@ def read_csv(path: str) -> list[dict]:
     columns = columns_of(path)
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
+        earlier = [column for column in columns if column not in LATER_COLUMNS]
+        if columns is COLUMNS and reader.fieldnames == earlier:  # written before LATER_COLUMNS: read them empty
+            return [{column: row.get(column, "") for column in columns} for row in reader]
         if reader.fieldnames != columns:
             missing = sorted(set(columns) - set(reader.fieldnames or ()))
             extra = sorted(set(reader.fieldnames or ()) - set(columns))

@@ -148,6 +148,10 @@ def _measure_one(ablation, cell, settings, device, journal, sampler, started, do
             cell = dataclasses.replace(cell, batch=batch)  # the row says the batch that ran; the key stays
         elif cell.experiment == "training":
             values.update(measure.training(cell, settings, device))
+        elif cell.experiment == "decode":
+            from experiments import decode
+
+            values.update(decode.measure(cell, settings, device))
         else:
             values.update(measure.attention(cell, settings, device))
     except Exception as error:  # every failure becomes a row; the grid goes on

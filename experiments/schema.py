@@ -14,7 +14,8 @@ each column.
 import dataclasses
 
 # Every ablation, in the order the README describes them; each writes results/<name>.csv.
-ABLATIONS = ("speed", "tiles", "causal", "seqlen", "recompute", "fa1_vs_fa2", "accuracy", "ceiling", "training")
+ABLATIONS = ("speed", "tiles", "causal", "seqlen", "recompute", "fa1_vs_fa2", "accuracy", "ceiling", "training",
+             "decode")
 # Those that also run without a GPU (Triton's interpreter); the rest need a CUDA GPU or the archive.
 INTERPRETER_ABLATIONS = ("accuracy",)
 # Those whose rows are timings (repeated, with telemetry); accuracy's rows are errors.
@@ -81,6 +82,10 @@ class Row:
     err_dq: float | None = None
     err_dk: float | None = None
     err_dv: float | None = None
+    # decode: the paged KV cache's page size (empty: dense) and the achieved bandwidth, GB/s: bytes of K and V
+    # read plus q read and o written (experiments/decode.py), over ms
+    page_size: int | None = None
+    bandwidth_gbs: float | None = None
     status: str = "ok"  # one of STATUSES
     note: str = ""
     # provenance
@@ -105,9 +110,12 @@ ERROR_COLUMNS = ["err_o", "err_lse", "err_dq", "err_dk", "err_dv"]
 PROVENANCE_COLUMNS = ["gpu", "driver", "cuda", "torch", "triton", "commit", "timestamp", "host_kind", "source"]
 INTEGER_COLUMNS = ["batch", "heads", "kv_heads", "seqlen_q", "seqlen_k", "head_dim", "causal", "repetition",
                    *TILE_COLUMNS, "recompute", "host_bound", "attn_mem_bytes", "input_bytes", "peak_mem_bytes",
-                   "telemetry_samples"]
-FLOAT_COLUMNS = [column for column in TIMING_COLUMNS + TELEMETRY_COLUMNS + ERROR_COLUMNS
+                   "telemetry_samples", "page_size"]
+FLOAT_COLUMNS = [column for column in TIMING_COLUMNS + TELEMETRY_COLUMNS + ERROR_COLUMNS + ["bandwidth_gbs"]
                  if column not in INTEGER_COLUMNS]
+# Columns added after files were archived: a file without them reads as if they were empty (the decode
+# ablation's; every older ablation leaves them empty anyway).
+LATER_COLUMNS = ("page_size", "bandwidth_gbs")
 # A cell's identity across repetitions and runs (with experiment, provider, variant and mode).
 CELL_KEYS = ["experiment", "provider", "variant", "mode"] + SHAPE_COLUMNS
 

@@ -101,6 +101,9 @@ def check(config: dict) -> None:
                 raise ValueError(
                     f"config key accuracy.{key}[{i}].kv_heads: {shape['kv_heads']} does not divide heads={shape['heads']}"
                 )
+    for i, (heads, kv_heads) in enumerate(config["decode"]["heads"]):
+        if heads % kv_heads:
+            raise ValueError(f"config key decode.heads[{i}]: kv heads {kv_heads} do not divide query heads {heads}")
     agreement = config["training"]["loss_agreement"]
     if agreement["hidden"] % agreement["heads"]:
         raise ValueError(f"config key training.loss_agreement.heads: {agreement['heads']} does not divide "

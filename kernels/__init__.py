@@ -12,7 +12,8 @@ Layout: `_forward.py` and `_backward.py` hold the Triton kernels and their launc
 transform and masks (window, softcap, ALiBi, dropout) both passes share, `options.py` the one
 options value the ops carry, `attention.py` the checks,
 the torch.library ops and autograd, `flash_attn_interface.py` flash-attn's six public functions
-(dense, packed, varlen) over them, `tiles.py` the tile configs, `reference.py` the float64
+(dense, packed, varlen) over them,
+`_decode.py` the split-KV decoding kernels and `kvcache.py` flash-attn's `flash_attn_with_kvcache` over them, `tiles.py` the tile configs, `reference.py` the float64
 reference and standard attention. Nothing here knows about the experiments.
 """
 
@@ -20,10 +21,12 @@ from kernels.attention import SUPPORTED_DTYPES, flash_attention
 from kernels.flash_attn_interface import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
                                           flash_attn_varlen_func, flash_attn_varlen_kvpacked_func,
                                           flash_attn_varlen_qkvpacked_func)
+from kernels.kvcache import flash_attn_with_kvcache
 from kernels.reference import attention_reference, standard_attention
 from kernels.tiles import MAX_HEAD_DIM, TileConfig, TileFallbackWarning, default_tiles
 
 __all__ = ["flash_attention", "flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
            "flash_attn_varlen_func", "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func",
+           "flash_attn_with_kvcache",
            "attention_reference", "standard_attention", "TileConfig", "TileFallbackWarning", "default_tiles",
            "SUPPORTED_DTYPES", "MAX_HEAD_DIM"]

@@ -11,7 +11,9 @@ ones included). Varlen results are compared sequence by sequence with the dense 
 
 import inspect
 import math
+import sys
 import zlib
+from typing import Optional, Union
 
 import pytest
 import torch
@@ -50,6 +52,50 @@ FLASH_ATTN_SIGNATURES = {
         "causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False, "
         "return_attn_probs=False, block_table=None)",
 }
+
+
+# flash-attn 2.8's flash_attn_with_kvcache, its def line copied as written there (it annotates four
+# parameters); the expected string is that of Python 3.11's inspect, and the stub below keeps the
+# test exact on other Python versions, whose typing reprs differ.
+def _flash_attn_with_kvcache_2_8(
+    q,
+    k_cache,
+    v_cache,
+    k=None,
+    v=None,
+    rotary_cos=None,
+    rotary_sin=None,
+    cache_seqlens: Optional[Union[(int, torch.Tensor)]] = None,
+    cache_batch_idx: Optional[torch.Tensor] = None,
+    cache_leftpad: Optional[torch.Tensor] = None,
+    block_table: Optional[torch.Tensor] = None,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),  # -1 means infinite context window
+    softcap=0.0, # 0.0 means deactivated
+    rotary_interleaved=True,
+    alibi_slopes=None,
+    num_splits=0,
+    return_softmax_lse=False,
+):
+    pass
+
+
+KVCACHE_SIGNATURE_PY311 = (
+    "(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, "
+    "cache_seqlens: Union[int, torch.Tensor, NoneType] = None, cache_batch_idx: Optional[torch.Tensor] = None, "
+    "cache_leftpad: Optional[torch.Tensor] = None, block_table: Optional[torch.Tensor] = None, "
+    "softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, rotary_interleaved=True, "
+    "alibi_slopes=None, num_splits=0, return_softmax_lse=False)")
+
+
+def test_kvcache_signature_is_flash_attn_2_8():
+    signature = inspect.signature(kernels.flash_attn_with_kvcache)
+    assert signature == inspect.signature(_flash_attn_with_kvcache_2_8)
+    if sys.version_info[:2] == (3, 11):
+        assert str(signature) == KVCACHE_SIGNATURE_PY311
+    assert all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in signature.parameters.values())
+    assert "flash_attn_with_kvcache" in kernels.__all__
 
 
 @pytest.mark.parametrize("name", FLASH_ATTN_SIGNATURES)

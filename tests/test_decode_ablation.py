@@ -1,0 +1,122 @@
+"""The decode ablation: its grid, its rows, files written before its columns, its claims and figure."""
+import copy
+import csv
+
+import pandas as pd
+import pytest
+import torch
+
+from analysis.claims import DOES_NOT_HOLD, HOLDS, NO_DATA, evaluate_claims, read_claims
+from analysis.figures import draw, save
+from analysis.load import read_experiment, read_results, results_path
+from analysis.peaks import read_hardware
+from analysis.synthetic import write_results
+from experiments import decode, grid, results
+from experiments.grid import Cell
+from experiments.schema import COLUMNS, LATER_COLUMNS
+from experiments.settings import ablation_settings, check, load_default
+
+
+@pytest.fixture(scope="module")
+def settings():
+    return ablation_settings(load_default(), ["decode"])["decode"]
+
+
+def test_grid_skips_caches_over_the_limit_and_times_a_copy_per_pass(settings):
+    cells = grid.cells("decode", settings, on_gpu=True)
+    one_pass = decode.cells(settings, Cell)
+    assert len(cells) == settings["repetitions"] * (len(one_pass) + len(settings["dtypes"]) + 1)
+    assert all(decode.cache_bytes(c.batch, c.kv_heads, c.seqlen_k, c.head_dim, c.dtype) <= settings["max_cache_gb"] * 1e9
+               for c in one_pass)
+    assert not any(c.batch == 64 and c.kv_heads == 32 and c.seqlen_k == 131072 for c in one_pass)  # 137 GB
+    opening = [c for c in cells if c.repetition == 0][:len(settings["dtypes"]) + 1]
+    assert [c.provider for c in opening] == ["torch_matmul"] * len(settings["dtypes"]) + ["torch_copy"]
+    assert {c.variant for c in one_pass if c.provider == "ours"} == {"dense", "paged256", "paged16"}
+    assert all(c.seqlen_q == 1 for c in one_pass)
+    assert {c.batch for c in one_pass if c.provider == "flex"} == set(settings["flex_batches"])
+
+
+def test_config_refuses_kv_heads_that_do_not_divide():
+    config = copy.deepcopy(load_default())
+    config["decode"]["heads"] = [[32, 5]]
+    with pytest.raises(ValueError, match="decode.heads"):
+        check(config)
+
+
+def test_ours_cell_runs_without_a_gpu():
+    cell = Cell("decode", "ours", "fwd", "fp16", batch=2, heads=8, kv_heads=1, seqlen_q=1, seqlen_k=300, head_dim=32,
+                causal=True, variant="paged16")
+    fn, note = decode.call(cell, torch.device("cpu"))
+    assert note.startswith("num_splits=")
+    out = fn()
+    assert out.shape == (2, 1, 8, 32) and torch.isfinite(out).all()
+    sdpa = Cell("decode", "sdpa", "fwd", "fp16", batch=1, heads=8, kv_heads=1, seqlen_q=1, seqlen_k=64, head_dim=32,
+                causal=True, variant="dense")
+    from experiments.providers import Unsupported
+    with pytest.raises(Unsupported):
+        decode.call(sdpa, torch.device("cpu"))
+
+
+def test_a_file_written_before_the_decode_columns_still_reads(tmp_path):
+    directory = write_results(tmp_path / "results")
+    path = results_path(directory, "speed")
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False).drop(columns=list(LATER_COLUMNS))
+    frame.to_csv(path, index=False)
+    assert list(read_experiment(path).columns) == COLUMNS
+    rows = results.read_csv(str(path))
+    assert set(rows[0]) == set(COLUMNS) and rows[0]["page_size"] == ""
+    with open(path, newline="") as f:
+        assert "page_size" not in next(csv.reader(f))
+
+
+@pytest.fixture(scope="module")
+def frames(tmp_path_factory):
+    return read_results(write_results(tmp_path_factory.mktemp("results")))
+
+
+def _verdicts(frames):
+    return {r["id"]: r for r in evaluate_claims(frames, read_claims(), read_hardware()) if r["id"].startswith("decode")}
+
+
+def test_claims_hold_on_the_synthetic_run_and_say_no_data_without_it(frames):
+    records = _verdicts(frames)
+    assert {r["verdict"] for r in records.values()} == {HOLDS}
+    without = _verdicts({name: frame for name, frame in frames.items() if name != "decode"})
+    assert {r["verdict"] for r in without.values()} == {NO_DATA}
+    assert all(r["finding"] == "decode: not measured in the archived run yet" for r in without.values())
+
+
+def test_slow_paged_and_slow_decode_do_not_hold(frames):
+    frame = frames["decode"].copy()
+    paged = frame["variant"] == "paged16"
+    frame.loc[paged, "ms"] *= 1.3
+    records = _verdicts({**frames, "decode": frame})
+    assert records["decode_paged"]["verdict"] == DOES_NOT_HOLD
+    frame = frames["decode"].copy()
+    frame.loc[frame["provider"] == "ours", "ms"] *= 2
+    records = _verdicts({**frames, "decode": frame})
+    assert records["decode_bandwidth"]["verdict"] == DOES_NOT_HOLD
+    assert records["decode_vs_baselines"]["verdict"] == DOES_NOT_HOLD
+
+
+def test_figure_with_and_without_results(frames, tmp_path):
+    save(draw("decode", frames, read_hardware()), "decode", tmp_path)
+    save(draw("decode", {k: v for k, v in frames.items() if k != "decode"}, read_hardware()), "decode", tmp_path)
+    assert (tmp_path / "decode.png").exists()
+
+
+def test_report_says_decode_was_not_measured_without_its_file(tmp_path):
+    from analysis import claims, facts, figures
+    from analysis.catalog import FIGURES
+    from paper.render import render
+
+    directory = write_results(tmp_path / "results")
+    (directory / "decode.csv").unlink()
+    build = tmp_path / "analysis"
+    claims.main(str(directory), str(build / "verdicts.json"), str(build / "claims.csv"))
+    facts.main(str(directory), str(build / "figures"), str(build / "facts.json"))
+    for name in FIGURES:
+        figures.main(name, str(directory), str(build / "figures"))
+    text = render(build, tmp_path / "paper", pdf=False)["md"].read_text()
+    assert "Beyond the paper: decoding" in text
+    assert "decode: not measured in the archived run yet" in text
