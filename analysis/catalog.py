@@ -25,6 +25,7 @@ FIGURES = {
     "peak_fraction": ("speed", "ceiling"),
     "accuracy": ("accuracy",),
     "training": ("training",),  # and, beside it, training_loss.csv (the loss-agreement curves)
+    "features": ("features",),
     "decode": ("decode",),
 }
 

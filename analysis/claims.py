@@ -496,6 +496,20 @@ def training_speedup(frames, hardware, *, candidate="ours", baselines=None, dtyp
     return values
 
 
+@metric
+def feature_speedup(frames, hardware, *, comparisons, modes, dtype="fp16"):
+    """The features ablation (beyond the paper): for each of `comparisons` (analysis/features.py's COMPARISONS,
+    a feature of ours against a peer), how many times faster ours is, per shape, as <name>_min, _median, _max,
+    _at_longest, _worst_at and _n, in the first of `modes` where the first comparison has pairs (`mode`)."""
+    from analysis import features
+
+    values = features.summary(frames["features"], list(comparisons), list(modes), dtype, read_settings())
+    if not values["n"]:
+        values["missing"] = (f"no {dtype} shape in features.csv with eligible cells of both arms of "
+                             f"{', '.join(comparisons)} ({_status_counts(frames['features'], {})})")
+    return values
+
+
 # ---------------------------------------------------------------- verdicts
 
 def percent(share: float) -> str:

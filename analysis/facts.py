@@ -333,6 +333,26 @@ def _training_flops_per_token(frame: pd.DataFrame, cell) -> float | None:
     return float(row["tflops"]) * 1e12 * float(row["ms"]) * 1e-3 / (int(row["batch"]) * int(row["seqlen_k"]))
 
 
+FEATURES_FLOPS = ("TFLOP/s of the features ablation count the score entries each mask leaves visible "
+                  "(experiments/flops.py, visible_pairs): forward 4 x heads x visible entries x head dim, 2.5x for the "
+                  "backward; a sliding window of w keys about N x w, causal N (N + 1) / 2, a variable-length batch "
+                  "the sum over its sequences, for the packed, the padded and FlexAttention's arm alike (so the padded "
+                  "arm's TFLOP/s are useful work: the pad it computes is not counted). Speedups are ratios of time.")
+
+
+def features(frames: dict[str, pd.DataFrame]) -> dict:
+    """The features ablation's comparisons as a table (median speedup of ours over each peer per pass), or
+    measured=False when the run holds no features.csv."""
+    from analysis import features as feature_comparisons
+
+    if "features" not in frames:
+        return {"measured": False, "rows": [], "flops": FEATURES_FLOPS, "lengths": ""}
+    frame = frames["features"]
+    notes = sorted(set(frame.loc[frame["variant"] == "varlen", "note"]) - {""})
+    return {"measured": True, "rows": feature_comparisons.table(frame), "flops": FEATURES_FLOPS,
+            "lengths": notes[0] if notes else ""}
+
+
 def figures(figures_dir: str | Path) -> dict:
     return {name: {"caption": caption(name), "files": {fmt: path.name for fmt, path in figure_paths(name, figures_dir).items()}}
             for name in FIGURES}
@@ -344,7 +364,7 @@ def collect(frames: dict[str, pd.DataFrame], hardware: dict, figures_dir: str | 
             "threats": threats_text(frames, setup_facts, method_facts), "provenance": provenance(frames),
             "speed_table": speed_table(frames),
             "best_tiles": best_tiles(frames), "fa1_steps": fa1_steps(frames), "failures": failures(frames),
-            "training": training(frames, hardware), "not_measured": not_measured(frames),
+            "training": training(frames, hardware), "features": features(frames), "not_measured": not_measured(frames),
             "decode": decode_facts(frames),
             "figures": figures(figures_dir)}
 

@@ -511,6 +511,58 @@ def _draw_decode(frames):
     return draw_decode(frames)
 
 
+# features: the peer each comparison sets ours against (analysis/features.py's COMPARISONS, by its words)
+FEATURE_PEERS = {
+    "ours, full causal": ("ours, full causal (no window)", _COLOURS[7]),
+    "ours, padded dense batch": ("ours, padded dense batch", _COLOURS[1]),
+    "ours without the feature": ("ours without the feature", _COLOURS[8]),
+    "FlexAttention, sliding-window block mask": ("FlexAttention (block mask / score_mod)", _COLOURS[4]),
+    "FlexAttention, score_mod": ("FlexAttention (block mask / score_mod)", _COLOURS[4]),
+    "FlexAttention, document mask": ("FlexAttention (block mask / score_mod)", _COLOURS[4]),
+    "FlashAttention-2 CUDA (SDPA flash)": ("FlashAttention-2 CUDA (SDPA flash)", _COLOURS[0]),
+}
+
+
+def draw_features(frames):
+    """Speedup of ours with each feature against each peer, per shape (bars: peer ms / ours ms, medians over
+    repetitions, error bars from the repetitions' extremes); a panel per feature, a row per pass."""
+    from analysis import features
+
+    if "features" not in frames:
+        return _empty("features: not measured in the archived run yet")
+    frame = features.with_features(frames["features"])
+    modes = [mode for mode in ("fwd_bwd", "fwd", "bwd") if mode in set(frame["mode"])]
+    pairs = features.all_pairs(frame, modes, _primary_dtype(frame) if not frame.empty else "fp16")
+    if pairs.empty:
+        return _empty("no measured pairs of a feature of ours and its peer in features.csv")
+    pairs = pairs.rename(columns={"ratio_lo": "ratio_min", "ratio_hi": "ratio_max"}).assign(status="ok", excluded="")
+    # one legend entry per kind of peer: the FlexAttention comparisons share a colour
+    pairs["peer"] = [FEATURE_PEERS.get(words, (words,))[0] for words in pairs["against"]]
+    levels = {look[0]: look for look in FEATURE_PEERS.values()}
+    feature_order = [f for f in features.FEATURE_TITLES if f in set(pairs["feature"])]
+    modes = [mode for mode in modes if mode in set(pairs["mode"])]
+    figure, axes = plt.subplots(len(modes), len(feature_order), figsize=(3.0 * len(feature_order) + 0.6,
+                                                                         2.6 * len(modes) + 0.9),
+                                squeeze=False)
+    for row, mode in enumerate(modes):
+        for column, feature in enumerate(feature_order):
+            axis = axes[row, column]
+            data = pairs[(pairs["mode"] == mode) & (pairs["feature"] == feature)]
+            if data.empty:
+                axis.axis("off")
+                continue
+            order = list(dict.fromkeys(data.sort_values(["causal", "seqlen_k"])["shape"]))
+            _grouped_bars(axis, data, "shape", "peer", levels, "ratio", order, label_values=False)
+            axis.axhline(1, color="0.3", linewidth=0.8)
+            axis.tick_params(axis="x", labelsize=6, rotation=20)
+            axis.set_title(f"{features.FEATURE_TITLES[feature]}, {MODE_TITLES.get(mode, mode)}", fontsize=8)
+            if column == 0:
+                axis.set_ylabel("speedup of ours")
+    _legend_below(figure, axes, ncol=4)
+    figure.tight_layout(rect=(0, 0.1, 1, 1))
+    return figure
+
+
 def draw(name: str, frames: dict, hardware: dict):
     _style()
     if name.startswith("speed_"):
@@ -521,7 +573,7 @@ def draw(name: str, frames: dict, hardware: dict):
         return draw_peak_fraction(frames, hardware)
     return {"memory": draw_memory, "recompute": draw_recompute, "causal": draw_causal,
             "fa1_to_fa2": draw_fa1_to_fa2, "accuracy": draw_accuracy, "training": draw_training,
-            "decode": _draw_decode}[name](frames)
+            "features": draw_features, "decode": _draw_decode}[name](frames)
 
 
 def save(figure, name: str, out_dir: str | Path) -> dict[str, Path]:

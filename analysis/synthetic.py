@@ -339,6 +339,39 @@ def training_loss_rows(steps: int = 300) -> list[dict]:
     return rows
 
 
+# features (experiments/features.py): time of each arm against ours plain at the same shape (>1: slower), and
+# the window's speedup over ours full causal by sequence length; the variable-length batch against padded
+FEATURE_SLOWDOWN = {("ours", "softcap30"): 1.08, ("flex", "softcap30"): 1.3, ("ours", "alibi"): 1.1,
+                    ("flex", "alibi"): 1.35, ("ours", "dropout0.1"): 1.12, ("sdpa_flash", "dropout0.1"): 1.25}
+WINDOW_SPEEDUP, WINDOW_FLEX = {4096: 3.0, 16384: 8.5}, 1.4
+VARLEN = {"batch": 64, "heads": 16, "seqlen": 7626, "padded": 3.0, "flex": 1.3}
+
+
+def features_rows() -> list[dict]:
+    rows = _ceilings("features")
+    for seqlen in WINDOW_SPEEDUP:
+        for mode in ("fwd_bwd", "fwd"):
+            for causal in (0, 1):
+                plain = _tflops("ours", mode, seqlen, 128, causal)
+                shape = dict(seqlen=seqlen, head_dim=128, causal=causal)
+                rows += _repeated("features", "ours", mode, plain, variant="plain", **shape)
+                for (provider, variant), slowdown in FEATURE_SLOWDOWN.items():
+                    rows += _repeated("features", provider, mode, plain / slowdown, variant=variant, **shape)
+                if causal:
+                    window = plain * WINDOW_SPEEDUP[seqlen]
+                    rows += _repeated("features", "ours", mode, window, variant="window1024", **shape)
+                    rows += _repeated("features", "flex", mode, window / WINDOW_FLEX, variant="window1024", **shape)
+    for mode in ("fwd_bwd", "fwd"):
+        for causal in (0, 1):
+            padded = _tflops("ours", mode, VARLEN["seqlen"], 128, causal)
+            shape = dict(seqlen=VARLEN["seqlen"], head_dim=128, causal=causal, batch=VARLEN["batch"],
+                         heads=VARLEN["heads"], note="64 sequences, 149838 tokens, lengths 129-7626")
+            varlen = padded * VARLEN["padded"]
+            rows += _repeated("features", "ours", mode, padded, variant="padded", **shape)
+            rows += _repeated("features", "ours", mode, varlen, variant="varlen", **shape)
+            rows += _repeated("features", "flex", mode, varlen / VARLEN["flex"], variant="varlen", **shape)
+
+
 # decode: achieved bandwidth (GB/s) of each provider and layout; the copy roof; paged slowdowns over dense
 DECODE_COPY_GBS = 4000.0
 DECODE_GBS = {("ours", "dense"): 3400.0, ("ours", "paged256"): 3400.0 / 1.03, ("ours", "paged16"): 3400.0 / 1.08,
@@ -369,7 +402,7 @@ def decode_rows() -> list[dict]:
 
 ROWS = {"speed": speed_rows, "tiles": tiles_rows, "causal": causal_rows, "seqlen": seqlen_rows,
         "recompute": recompute_rows, "fa1_vs_fa2": fa1_vs_fa2_rows, "accuracy": accuracy_rows,
-        "ceiling": ceiling_rows, "training": training_rows,
+        "ceiling": ceiling_rows, "training": training_rows, "features": features_rows,
         "decode": decode_rows}
 
 

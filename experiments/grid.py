@@ -187,6 +187,12 @@ def largest_batch_cell(cell: Cell) -> Cell | None:
     return dataclasses.replace(cell, variant=cell.variant + LARGEST_BATCH)
 
 
+def features(s: dict) -> list[Cell]:
+    """The engine's training features against their peers (experiments/features.py builds the cells)."""
+    from experiments import features as feature_cells
+
+    return feature_cells.cells(s)
+
 
 def decode(s: dict) -> list[Cell]:
     """Inference decoding over a KV cache (experiments/decode.py builds the cells)."""
@@ -199,6 +205,7 @@ def decode(s: dict) -> list[Cell]:
 ABLATIONS = {
     "speed": speed, "tiles": tiles, "causal": causal, "seqlen": seqlen, "recompute": recompute,
     "fa1_vs_fa2": fa1_vs_fa2, "accuracy": accuracy, "ceiling": ceiling, "training": training,
+    "features": features,
     "decode": decode,
 }
 assert tuple(ABLATIONS) == _NAMES, "experiments/schema.py and the builders here name the same ablations"

@@ -148,8 +148,15 @@ def _timed_call(cell, device: torch.device):
 def attention(cell, timing: dict, device: torch.device) -> dict:
     fn, held = _timed_call(cell, device)
     result = _bench(fn, timing, held) | _tile_fallback(cell, fn)
-    count = flops.attention_flops(cell.batch, cell.heads, cell.seqlen_q, cell.seqlen_k, cell.head_dim,
-                                  cell.causal, cell.mode)
+    if cell.experiment == "features":  # visible score entries: windows and variable-length batches
+        from experiments import features
+
+        count = features.cell_flops(cell)
+        if features.note(cell) and "note" not in result:
+            result["note"] = features.note(cell)
+    else:
+        count = flops.attention_flops(cell.batch, cell.heads, cell.seqlen_q, cell.seqlen_k, cell.head_dim,
+                                      cell.causal, cell.mode)
     return dict(result, tflops=flops.tflops(count, result["ms"]))
 
 

@@ -7,7 +7,7 @@
   sdpa_flash, sdpa_efficient, sdpa_cudnn
                   torch.nn.functional.scaled_dot_product_attention pinned to one backend
   flex            FlexAttention through torch.compile (compiled once per shape), causal by block mask
-A provider that cannot run a cell raises Unsupported; the runner records it as such. q is (B, H, Nq, D),
+The `features` ablation's arms are built by experiments/features.py. A provider that cannot run a cell raises Unsupported; the runner records it as such. q is (B, H, Nq, D),
 k and v (B, Hkv, Nk, D); causal masks align bottom-right, as in the reference.
 """
 import dataclasses
@@ -28,11 +28,19 @@ class Unsupported(Exception):
 def attention(cell, device: torch.device):
     if cell.provider in GPU_ONLY and device.type != "cuda":
         raise Unsupported(f"{cell.provider} needs a CUDA GPU")
+    if cell.experiment == "features":  # the feature arms (window, softcap, ALiBi, dropout, varlen)
+        from experiments import features
+
+        return features.attention(cell, device)
     return _BUILDERS[cell.provider](cell)
 
 
 def inputs(cell, device: torch.device):
     """q, k, v (requiring grad) and an output gradient, random normal, alike for every provider of a shape."""
+    if cell.experiment == "features" and dict(cell.switches).get("lengths") and cell.variant != "padded":
+        from experiments import features  # packed variable-length tokens
+
+        return features.inputs(cell, device)
     shape = (cell.batch, cell.heads, cell.kv_heads, cell.seqlen_q, cell.seqlen_k, cell.head_dim, cell.dtype)
     generator = torch.Generator(device=device).manual_seed(zlib.crc32(repr(shape).encode()))
 

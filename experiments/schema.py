@@ -15,7 +15,7 @@ import dataclasses
 
 # Every ablation, in the order the README describes them; each writes results/<name>.csv.
 ABLATIONS = ("speed", "tiles", "causal", "seqlen", "recompute", "fa1_vs_fa2", "accuracy", "ceiling", "training",
-             "decode")
+             "features", "decode")
 # Those that also run without a GPU (Triton's interpreter); the rest need a CUDA GPU or the archive.
 INTERPRETER_ABLATIONS = ("accuracy",)
 # Those whose rows are timings (repeated, with telemetry); accuracy's rows are errors.

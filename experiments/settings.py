@@ -101,6 +101,12 @@ def check(config: dict) -> None:
                 raise ValueError(
                     f"config key accuracy.{key}[{i}].kv_heads: {shape['kv_heads']} does not divide heads={shape['heads']}"
                 )
+    features = config["features"]
+    if config["hidden"] % features["head_dim"]:
+        raise ValueError(f"config key features.head_dim: {features['head_dim']} does not divide "
+                         f"hidden={config['hidden']}")
+    if features["varlen"]["min_len"] > features["varlen"]["max_len"]:
+        raise ValueError("config key features.varlen.min_len: longer than features.varlen.max_len")
     for i, (heads, kv_heads) in enumerate(config["decode"]["heads"]):
         if heads % kv_heads:
             raise ValueError(f"config key decode.heads[{i}]: kv heads {kv_heads} do not divide query heads {heads}")

@@ -125,6 +125,17 @@ FLIPS = [
     ("training_speedup", lambda f: scale(f, "training", {"provider": "ours_fa1"}, 0.5), HOLDS, DOES_NOT_HOLD),
     ("training_speedup", lambda f: {**f, "training": f["training"][~f["training"]["provider"].isin(
         ["standard", "ours_fa1"])]}, HOLDS, NOT_COMPARABLE),
+    ("features_window", lambda f: scale(f, "features", {"variant": "plain"}, 0.8), HOLDS, PARTLY),
+    ("features_window", lambda f: scale(f, "features", {"provider": "ours", "variant": "window1024"}, 2.0), HOLDS,
+     DOES_NOT_HOLD),
+    ("features_score_mods", lambda f: scale(f, "features", {"provider": "flex", "variant": "alibi"}, 0.7), HOLDS,
+     PARTLY),
+    ("features_score_mods", lambda f: scale(f, "features", {"provider": "ours", "variant": "softcap30"}, 1.5),
+     HOLDS, DOES_NOT_HOLD),
+    ("features_dropout", lambda f: scale(f, "features", {"provider": "sdpa_flash"}, 0.8), HOLDS, DOES_NOT_HOLD),
+    ("features_varlen", lambda f: scale(f, "features", {"provider": "flex", "variant": "varlen"}, 0.5), HOLDS,
+     PARTLY),
+    ("features_varlen", lambda f: scale(f, "features", {"variant": "padded"}, 0.2), HOLDS, PARTLY),
 ]
 
 
@@ -288,3 +299,34 @@ def test_training_speedup_leaves_out_the_baseline_where_it_ran_out_of_memory(fra
     assert record["values"]["standard_n"] == 3 and record["values"]["fa1_n"] == 4
     assert "gpt3_2_7b at 8k (batch 2; batch 1 fits)" in record["note"]
     assert "compile" in record["note"] and "x eager" in record["note"]
+
+
+def test_features_not_in_the_archive_are_no_data_saying_so(frames, tmp_path):
+    from analysis import facts
+
+    without = {name: frame for name, frame in frames.items() if name != "features"}
+    records = verdicts(without)
+    for claim in ("features_window", "features_score_mods", "features_dropout", "features_varlen"):
+        assert records[claim]["verdict"] == NO_DATA
+        assert records[claim]["finding"] == "features: not measured in the archived run yet"
+    save(draw("features", without, read_hardware()), "features", tmp_path)
+    found = facts.collect(without, read_hardware(), tmp_path)
+    assert "features" in found["not_measured"] and not found["features"]["measured"]
+    measured = facts.collect(frames, read_hardware(), tmp_path)["features"]
+    assert measured["measured"] and len(measured["rows"]) == 10 and "64 sequences" in measured["lengths"]
+
+
+def test_features_pair_each_feature_with_its_peer_on_the_same_shape(frames):
+    from analysis import features
+
+    pairs = features.all_pairs(features.with_features(frames["features"]), ["fwd_bwd"])
+    window = pairs[pairs["comparison"] == "window_vs_causal"]
+    assert set(window["seqlen_k"]) == {4096, 16384} and set(window["causal"]) == {1}
+    varlen = pairs[pairs["comparison"] == "varlen_vs_padded"]
+    assert set(varlen["batch"]) == {64} and len(varlen) == 2
+    # a host-bound peer cell decides nothing and is counted
+    frame = frames["features"].copy()
+    flex = (frame["provider"] == "flex") & (frame["variant"] == "window1024") & (frame["seqlen_k"] == 16384)
+    frame.loc[flex, "host_bound"] = 1
+    record = verdicts({**frames, "features": frame})["features_window"]
+    assert record["values"]["window_vs_flex_n"] == 1 and "host-bound" in record["finding"]

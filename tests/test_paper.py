@@ -192,3 +192,18 @@ def test_publish_rewrites_the_readme_results_block(report, tmp_path):
     assert "| Claim |" in text and "published/figures/speed_fwd_bwd.png" in text
     update_readme(readme, published)  # idempotent
     assert readme.read_text() == text
+
+
+def test_report_says_features_were_not_measured_without_their_results(analysis_dir, tmp_path):
+    results = synthetic.write_results(tmp_path / "results")
+    (results / "features.csv").unlink()
+    build = tmp_path / "analysis"
+    shutil.copytree(analysis_dir / "figures", build / "figures")
+    claims.main(str(results), str(build / "verdicts.json"), str(build / "claims.csv"))
+    facts.main(str(results), str(build / "figures"), str(build / "facts.json"))
+    figures.main("features", str(results), str(build / "figures"))
+    out = render(build, tmp_path / "paper", pdf=False)
+    for fmt in ("md", "tex"):
+        text = out[fmt].read_text()
+        assert "features: not measured in the archived run yet" in text
+        assert "Beyond the paper" in text and "None" not in text

@@ -1,0 +1,133 @@
+"""The `features` ablation's comparisons (experiments/features.py): which arm is set against which.
+
+Each comparison is a feature's arm of ours (the candidate) against a peer (the baseline), paired on the
+shape and mode like every other claim (analysis/cells.py: medians over repetitions, host-bound and noisy
+cells left out). Arms are named by feature family, not by parameter ("window1024" is a window arm), so the
+config's values may change without touching the claims. A ratio is the peer's time over ours.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis.cells import describe_exclusions, exclusion_counts, paired
+from analysis.load import attention_rows
+
+OURS = "ours"
+# name -> (feature, baseline arm, candidate arm, the baseline in words)
+COMPARISONS = {
+    "window_vs_causal": ("window", {"provider": OURS, "feature": "plain"}, {"provider": OURS, "feature": "window"},
+                         "ours, full causal"),
+    "window_vs_flex": ("window", {"provider": "flex", "feature": "window"}, {"provider": OURS, "feature": "window"},
+                       "FlexAttention, sliding-window block mask"),
+    "softcap_vs_flex": ("softcap", {"provider": "flex", "feature": "softcap"},
+                        {"provider": OURS, "feature": "softcap"}, "FlexAttention, score_mod"),
+    "softcap_vs_plain": ("softcap", {"provider": OURS, "feature": "plain"}, {"provider": OURS, "feature": "softcap"},
+                         "ours without the feature"),
+    "alibi_vs_flex": ("alibi", {"provider": "flex", "feature": "alibi"}, {"provider": OURS, "feature": "alibi"},
+                      "FlexAttention, score_mod"),
+    "alibi_vs_plain": ("alibi", {"provider": OURS, "feature": "plain"}, {"provider": OURS, "feature": "alibi"},
+                       "ours without the feature"),
+    "dropout_vs_sdpa": ("dropout", {"provider": "sdpa_flash", "feature": "dropout"},
+                        {"provider": OURS, "feature": "dropout"}, "FlashAttention-2 CUDA (SDPA flash)"),
+    "dropout_vs_plain": ("dropout", {"provider": OURS, "feature": "plain"}, {"provider": OURS, "feature": "dropout"},
+                         "ours without the feature"),
+    "varlen_vs_padded": ("varlen", {"provider": OURS, "feature": "padded"}, {"provider": OURS, "feature": "varlen"},
+                         "ours, padded dense batch"),
+    "varlen_vs_flex": ("varlen", {"provider": "flex", "feature": "varlen"}, {"provider": OURS, "feature": "varlen"},
+                       "FlexAttention, document mask"),
+}
+FEATURE_TITLES = {"window": "sliding window", "softcap": "softcap", "alibi": "ALiBi", "dropout": "dropout",
+                  "varlen": "variable length"}
+PAIR_KEYS = ["dtype", "batch", "heads", "kv_heads", "seqlen_q", "seqlen_k", "head_dim", "causal", "mode"]
+
+
+def feature_of(variant: str) -> str:
+    """"window1024" -> "window" (experiments/features.py's rule, restated: the analysis runs without torch)."""
+    return variant.rstrip("0123456789.")
+
+
+def with_features(frame: pd.DataFrame) -> pd.DataFrame:
+    """The attention rows of features.csv with a `feature` column (the variant's family)."""
+    frame = attention_rows(frame)
+    return frame.assign(feature=[feature_of(v) for v in frame["variant"]])
+
+
+def compare(frame: pd.DataFrame, name: str, mode: str, dtype: str = "fp16") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The pairs of comparison `name` in `mode` (ratio = baseline ms / ours ms, per shape) and the cells left
+    out; `frame` from with_features."""
+    _, baseline, candidate, _ = COMPARISONS[name]
+    rows = frame[(frame["mode"] == mode) & (frame["dtype"] == dtype)]
+    return paired(rows, baseline, candidate, "ms", PAIR_KEYS)
+
+
+def shape_label(row) -> str:
+    """"16k causal", "64 seqs <=7.6k full": a shape on the figure's axis and in findings."""
+    n = int(row["seqlen_k"])
+    length = f"{n // 1024}k" if n % 1024 == 0 else f"{n / 1024:.1f}k"
+    mask = "causal" if int(row["causal"]) else "full"
+    return f"{int(row['batch'])} seqs, up to {length}, {mask}" if row.get("varlen", False) else f"{length} {mask}"
+
+
+def all_pairs(frame: pd.DataFrame, modes, dtype: str = "fp16") -> pd.DataFrame:
+    """Every comparison's pairs in each of `modes`, with columns comparison, feature, against and shape."""
+    found = []
+    for mode in modes:
+        for name, (feature, _, _, words) in COMPARISONS.items():
+            pairs = compare(frame, name, mode, dtype)[0]
+            if not pairs.empty:
+                pairs = pairs.assign(comparison=name, feature=feature, against=words, varlen=feature == "varlen")
+                pairs["shape"] = [shape_label(row) for _, row in pairs.iterrows()]
+                found.append(pairs)
+    return pd.concat(found, ignore_index=True) if found else pd.DataFrame()
+
+
+def summary(frame: pd.DataFrame, comparisons, modes, dtype: str = "fp16", settings: dict | None = None) -> dict:
+    """The values of a features claim: for each comparison, <name>_n, _min, _median, _max, _at_longest (median
+    at the longest sequence) and _worst_at (the shape of the min), in the first of `modes` where the first
+    comparison has pairs; <name>_other, the medians in the other modes, in words; n, the pairs of all of them."""
+    frame = with_features(frame)
+    chosen = modes[0]
+    for mode in modes:
+        if not compare(frame, comparisons[0], mode, dtype)[0].empty:
+            chosen = mode
+            break
+    values, left_out = {"mode": chosen, "n": 0}, []
+    for name in comparisons:
+        pairs, excluded = compare(frame, name, chosen, dtype)
+        left_out.append(excluded)
+        values[f"{name}_n"] = len(pairs)
+        values["n"] += len(pairs)
+        if pairs.empty:
+            values.update({f"{name}_{key}": None for key in ("min", "median", "max", "at_longest")},
+                          **{f"{name}_worst_at": "not measured"})
+        else:
+            longest = pairs["seqlen_k"].max()
+            worst = pairs.loc[pairs["ratio"].idxmin()]
+            values.update({f"{name}_min": float(pairs["ratio"].min()), f"{name}_median": float(pairs["ratio"].median()),
+                           f"{name}_max": float(pairs["ratio"].max()),
+                           f"{name}_at_longest": float(pairs.loc[pairs["seqlen_k"] == longest, "ratio"].median()),
+                           f"{name}_worst_at": shape_label(dict(worst, varlen=name.startswith("varlen")))})
+        other = []
+        for mode in modes:
+            if mode != chosen:
+                pairs = compare(frame, name, mode, dtype)[0]
+                if not pairs.empty:
+                    other.append(f"{mode} median {pairs['ratio'].median():.2f}x over {len(pairs)} shapes")
+        values[f"{name}_other"] = "; ".join(other) or "no other mode measured"
+    excluded = pd.concat(left_out, ignore_index=True)
+    values.update(excluded=describe_exclusions(excluded, settings), **exclusion_counts(excluded))
+    return values
+
+
+def table(frame: pd.DataFrame, modes=("fwd_bwd", "fwd"), dtype: str = "fp16") -> list[dict]:
+    """One line per comparison: the feature, the peer, and the median and range of our speedup in each mode."""
+    frame = with_features(frame)
+    lines = []
+    for name, (feature, _, _, words) in COMPARISONS.items():
+        line = {"feature": FEATURE_TITLES[feature], "against": words, "modes": {}}
+        for mode in modes:
+            pairs = compare(frame, name, mode, dtype)[0]
+            line["modes"][mode] = (f"{pairs['ratio'].median():.2f}x ({pairs['ratio'].min():.2f}-"
+                                   f"{pairs['ratio'].max():.2f}, {len(pairs)})" if not pairs.empty else "-")
+        lines.append(line)
+    return lines
