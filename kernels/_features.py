@@ -9,8 +9,9 @@ and the transposed (keys x queries) tiles of the dK/dV kernel. Scores are in the
 - `_scores`: scale, softcap (softcap * tanh(scale * q.k / softcap)) and the ALiBi bias
   -slope * |i + Nk - Nq - j|; also returns tanh for the softcap's gradient.
 - `_dropout_keep`: Philox counter-based keep mask, regenerated identically in every pass from
-  (seed, key index, query index, batch x head index): four independent 32-bit counters, so no
-  flat offset can overflow.
+  (seed, key index // 4, query index, batch x head index): independent 32-bit counters, so no
+  flat offset can overflow. Each Philox call gives four outputs; key column j takes output j % 4
+  of counter j // 4, so one call serves 4 columns, whatever the tile sizes.
 """
 
 from __future__ import annotations
@@ -59,13 +60,46 @@ def _scores(qk, i, j, qk_scale, softcap_scale, softcap_log2, slope_log2, N_Q, N_
 
 
 @triton.jit
-def _dropout_keep(seed, off_hz, i, j, dropout_p):
-    zero = i * 0 + j * 0  # the tile's shape
-    c0 = (j + zero).to(tl.uint32, bitcast=True)
+def _dropout_keep_qk(seed, off_hz, i, j, dropout_p):
+    """Keep mask of a (queries x keys) tile: i is [BLOCK_M, 1] query rows, j is [1, BLOCK_N] key
+    columns, contiguous and starting at a multiple of 4 (every tile's first column is a multiple
+    of its BLOCK_N, itself a multiple of 4).
+
+    One Philox call per 4 key columns: counter (j // 4, i, batch x head, 0) gives four 32-bit
+    outputs, and column j takes output j % 4. The mask depends on (seed, batch x head, i, j) only,
+    not on the tile size.
+    """
+    BLOCK_N: tl.constexpr = j.shape[1]
+    tl.static_assert(BLOCK_N % 4 == 0, "dropout needs a multiple of 4 key columns per tile")
+    # the first column of each group of 4: [1, BLOCK_N] -> [1, BLOCK_N // 4]
+    j0, _ = tl.split(tl.reshape(j, [1, BLOCK_N // 4, 2, 2]))
+    j0, _ = tl.split(j0)
+    g = j0 // 4
+    zero = i * 0 + g * 0  # [BLOCK_M, BLOCK_N // 4]
+    c0 = (g + zero).to(tl.uint32, bitcast=True)
     c1 = (i + zero).to(tl.uint32, bitcast=True)
     c2 = (zero + off_hz.to(tl.int32)).to(tl.uint32, bitcast=True)
-    r, _, _, _ = tl.philox(seed, c0, c1, c2, zero.to(tl.uint32, bitcast=True))
-    return tl.uint_to_uniform_float(r) >= dropout_p
+    r0, r1, r2, r3 = tl.philox(seed, c0, c1, c2, zero.to(tl.uint32, bitcast=True))
+    k0 = tl.uint_to_uniform_float(r0) >= dropout_p
+    k1 = tl.uint_to_uniform_float(r1) >= dropout_p
+    k2 = tl.uint_to_uniform_float(r2) >= dropout_p
+    k3 = tl.uint_to_uniform_float(r3) >= dropout_p
+    # [M, G, a, b] with column 4 * g + 2 * a + b: b = 0 holds (k0, k2), b = 1 holds (k1, k3)
+    keep = tl.join(tl.join(k0, k2), tl.join(k1, k3))
+    return tl.reshape(keep, [zero.shape[0], BLOCK_N])
+
+
+@triton.jit
+def _dropout_keep(seed, off_hz, i, j, dropout_p):
+    """Keep mask (uniform >= p) of query rows i and key columns j, in the tile's orientation:
+    (i [M, 1], j [1, N]) for the (queries x keys) tiles, (i [1, M], j [N, 1]) for the transposed
+    (keys x queries) tiles of the dK/dV kernel. Both build the same (queries x keys) mask."""
+    if j.shape[0] == 1:
+        keep = _dropout_keep_qk(seed, off_hz, i, j, dropout_p)
+    else:
+        tl.static_assert(i.shape[0] == 1 and j.shape[1] == 1, "i, j: [1, M] and [N, 1] for a transposed tile")
+        keep = tl.trans(_dropout_keep_qk(seed, off_hz, tl.trans(i), tl.trans(j), dropout_p))
+    return keep
 
 
 @triton.jit

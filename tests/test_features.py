@@ -19,8 +19,11 @@ import zlib
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from kernels import (TileConfig, attention_reference, flash_attention, flash_attn_func, flash_attn_varlen_func)
+from kernels._features import _dropout_keep
 from test_kernels import (DEVICE, HAS_CUDA, assert_close_to_reference, make_inputs,  # noqa: F401 (a fixture)
                           poisoned_allocations)
 
@@ -281,6 +284,86 @@ def test_no_dropout_leaves_the_mask_positive():
     _, probs = flash_attention(q, k, v, return_probs=True)
     assert (probs > 0).all()
     assert torch.allclose(probs.sum(-1), torch.ones(1, 1, 20), atol=1e-5)
+
+
+
+@triton.jit
+def _keep_tiles(Keep, KeepT, Ref, seed, off_hz, N_Q, N_K, dropout_p, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The mask of one (BLOCK_M x BLOCK_N) tile three ways: _dropout_keep on a (queries x keys)
+    tile, on a transposed (keys x queries) tile, and one Philox per element selecting output j % 4
+    of counter (j // 4, i, off_hz, 0), the documented mapping."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    i, j = offs_m[:, None], offs_n[None, :]
+    where = i * N_K + j
+    tl.store(Keep + where, _dropout_keep(seed, off_hz, i, j, dropout_p).to(tl.int8))
+    keep_t = _dropout_keep(seed, off_hz, offs_m[None, :], offs_n[:, None], dropout_p)
+    tl.store(KeepT + offs_m[None, :] * N_K + offs_n[:, None], keep_t.to(tl.int8))
+    zero = (i * 0 + j * 0).to(tl.uint32)
+    r0, r1, r2, r3 = tl.philox(seed, (j // 4 + zero).to(tl.uint32), (i + zero).to(tl.uint32), zero + off_hz, zero)
+    col = j % 4 + zero
+    r = tl.where(col == 0, r0, tl.where(col == 1, r1, tl.where(col == 2, r2, r3)))
+    tl.store(Ref + where, (tl.uint_to_uniform_float(r) >= dropout_p).to(tl.int8))
+
+
+def _keep_mask(n_q, n_k, block_m, block_n, seed, off_hz, p):
+    keep, keep_t, ref = (torch.empty(n_q, n_k, dtype=torch.int8, device=DEVICE) for _ in range(3))
+    _keep_tiles[(n_q // block_m, n_k // block_n)](keep, keep_t, ref, seed, off_hz, n_q, n_k, p,
+                                                  BLOCK_M=block_m, BLOCK_N=block_n)
+    return keep, keep_t, ref
+
+
+def test_dropout_mask_is_one_function_of_row_and_column_for_every_tile_shape():
+    """Each (row, column) keeps the same decision whatever the tile shape and orientation, and it
+    is output j % 4 of the Philox counter (j // 4, i, batch x head, 0)."""
+    seed, off_hz, p = 987654321, 5, 0.3
+    masks = []
+    for block_m, block_n in [(16, 16), (16, 32), (32, 64), (64, 16)]:
+        keep, keep_t, ref = _keep_mask(64, 128, block_m, block_n, seed, off_hz, p)
+        assert torch.equal(keep, ref) and torch.equal(keep_t, ref), (block_m, block_n)
+        masks.append(keep)
+    assert all(torch.equal(m, masks[0]) for m in masks)
+    assert not torch.equal(_keep_mask(64, 128, 16, 16, seed, off_hz + 1, p)[0], masks[0])
+
+
+def test_dropout_neighbouring_columns_are_independent():
+    """Columns j % 4 == 0..3 come from the four outputs of one Philox call: each keeps 1 - p of
+    its entries, and neighbours (same call or across calls) agree as often as independent draws."""
+    n_q, n_k = 128, 256
+    for p in (0.2, 0.5):
+        keep = _keep_mask(n_q, n_k, 32, 64, 24680, 3, p)[0].bool()
+        for r in range(4):
+            col = keep[:, r::4].double()
+            sd = ((1 - p) * p / col.numel()) ** 0.5
+            assert abs(col.mean().item() - (1 - p)) < 5 * sd, (p, r, col.mean().item())
+        agree = p * p + (1 - p) * (1 - p)
+        for shift in range(4):  # pairs (j, j + 1) with j % 4 == shift; shift 3 crosses calls
+            same = (keep[:, shift:n_k - 1:4] == keep[:, shift + 1::4]).double()
+            sd = (agree * (1 - agree) / same.numel()) ** 0.5
+            assert abs(same.mean().item() - agree) < 5 * sd, (p, shift, same.mean().item())
+        # and no pair of the four outputs repeats another
+        groups = keep.view(n_q, n_k // 4, 4)
+        for a in range(4):
+            for b in range(a + 1, 4):
+                assert not torch.equal(groups[..., a], groups[..., b])
+
+
+@pytest.mark.parametrize("fwd, bwd", [(TileConfig(16, 32, 4, 1), TileConfig(32, 16, 4, 1)),
+                                      (TileConfig(32, 64, 4, 1), TileConfig(16, 16, 4, 1)),
+                                      (None, TileConfig(16, 64, 4, 1))],
+                         ids=["16x32-vs-32x16", "32x64-vs-16x16", "default-vs-16x64"])
+def test_dropout_mask_does_not_depend_on_the_tiles(fwd, bwd, poisoned_allocations):
+    """Forward and backward with different tiles (from each other and across calls) still use one
+    mask: same output and probabilities as with the small tiles, gradients match the reference
+    given the mask the probabilities report."""
+    _seed("dropout tiles")
+    q, k, v = make_inputs(1, 2, 1, 70, 96, 32, torch.float16)
+    torch.manual_seed(11)
+    base_out, base_probs = _probs(q, k, v, 0.25, **SMALL_TILES)
+    torch.manual_seed(11)
+    out, _, probs = check_features(q, k, v, dropout_p=0.25, switches=dict(fwd_tiles=fwd, bwd_tiles=bwd))
+    assert torch.equal(probs >= 0, base_probs >= 0)
+    assert (out.float() - base_out.float()).abs().max().item() < 2e-3
 
 
 # --------------------------------------------------------------------------------------------
