@@ -370,6 +370,7 @@ def features_rows() -> list[dict]:
             rows += _repeated("features", "ours", mode, padded, variant="padded", **shape)
             rows += _repeated("features", "ours", mode, varlen, variant="varlen", **shape)
             rows += _repeated("features", "flex", mode, varlen / VARLEN["flex"], variant="varlen", **shape)
+    return rows
 
 
 # decode: achieved bandwidth (GB/s) of each provider and layout; the copy roof; paged slowdowns over dense
