@@ -387,6 +387,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         k = k.view_as(k)
     if v is q or v is k:
         v = v.view_as(v)
+    if varlen and cu_seqlens_k is cu_seqlens_q:  # self-attention's one cu_seqlens: the same rule
+        cu_seqlens_k = cu_seqlens_k.view_as(cu_seqlens_k)
     seed = _draw_dropout_seed(q.device) if opts.dropout_p > 0 else None
     if varlen:
         out, lse = FlashAttentionFunction.apply(q, k, v, alibi, seed, opts.encode(), cu_seqlens_q, cu_seqlens_k)
