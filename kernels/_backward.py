@@ -34,7 +34,8 @@ import triton.language as tl
 
 from kernels._features import (LOG2E, _dropout_keep, _scores, _visible, _window_key_bounds,
                                _window_query_bounds)
-from kernels._forward import _causal_key_bounds, _load_tile
+from kernels._forward import (_causal_key_bounds, _load_tile, _varlen_bounds, check_varlen, strides, varlen_args,
+                              varlen_shape)
 from kernels.options import AttentionOptions, feature_switches
 from kernels.tiles import TileConfig, launch_fitting, padded_head_dim
 
@@ -43,13 +44,21 @@ from kernels.tiles import TileConfig, launch_fitting, padded_head_dim
 def _attn_bwd_delta(Out, DO, Delta,
                     stride_oz, stride_oh, stride_om, stride_od,
                     stride_doz, stride_doh, stride_dom, stride_dod,
-                    H, N_Q,
-                    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr):
+                    H, N_Q, Cu_q, TOTAL_Q,
+                    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
+                    VARLEN: tl.constexpr):
     num_m_blocks = tl.cdiv(N_Q, BLOCK_M)
     start_m = tl.program_id(0) % num_m_blocks
     off_hz = tl.program_id(0) // num_m_blocks
     off_z = tl.cast(off_hz // H, tl.int64)
     off_h = tl.cast(off_hz % H, tl.int64)
+    if VARLEN:  # see _attn_fwd; rows past the sequence's end are masked
+        seq_q0, _, N_Q, _ = _varlen_bounds(Cu_q, Cu_q, off_z)
+        Out += seq_q0 * stride_om
+        DO += seq_q0 * stride_dom
+        Delta += off_h * TOTAL_Q + seq_q0
+    else:
+        Delta += tl.cast(off_hz, tl.int64) * N_Q
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
     rows = tl.cast(offs_m, tl.int64)
@@ -58,7 +67,7 @@ def _attn_bwd_delta(Out, DO, Delta,
     do = _load_tile(DO + off_z * stride_doz + off_h * stride_doh + rows[:, None] * stride_dom
                     + offs_d[None, :] * stride_dod, offs_m, N_Q, offs_d, HEAD_DIM, True, True)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
-    tl.store(Delta + tl.cast(off_hz, tl.int64) * N_Q + offs_m, delta, mask=offs_m < N_Q)
+    tl.store(Delta + offs_m, delta, mask=offs_m < N_Q)
 
 
 @triton.jit
@@ -146,8 +155,8 @@ def _query_bounds(start_n, N_Q, N_K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexp
 
 
 @triton.heuristics({
-    "EVEN_M": lambda args: args["N_Q"] % args["BLOCK_M"] == 0,
-    "EVEN_N": lambda args: args["N_K"] % args["BLOCK_N"] == 0,
+    "EVEN_M": lambda args: not args["VARLEN"] and args["N_Q"] % args["BLOCK_M"] == 0,
+    "EVEN_N": lambda args: not args["VARLEN"] and args["N_K"] % args["BLOCK_N"] == 0,
     "EVEN_D": lambda args: args["HEAD_DIM"] == args["HEAD_DIM_PAD"],
 })
 @triton.jit
@@ -160,12 +169,13 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQacc, Scores, Lse, Delta,
                    stride_dvz, stride_dvh, stride_dvn, stride_dvd,
                    H_KV, GROUP, N_Q, N_K, qk_scale, sm_scale,
                    Alibi, stride_az, stride_ah, Seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
+                   Cu_q, Cu_k, TOTAL_Q,
                    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    CAUSAL: tl.constexpr, SKIP_MASKED: tl.constexpr,
                    ATOMIC_DQ: tl.constexpr, USE_SCORES: tl.constexpr,
                    WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DROPOUT: tl.constexpr,
-                   EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr):
+                   VARLEN: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr):
     tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16, "tl.dot needs tiles of at least 16")
     num_n_blocks = tl.cdiv(N_K, BLOCK_N)
     start_n = tl.program_id(0) % num_n_blocks * BLOCK_N
@@ -173,6 +183,16 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQacc, Scores, Lse, Delta,
     off_z = tl.cast(off_zkv // H_KV, tl.int64)
     off_hkv = tl.cast(off_zkv % H_KV, tl.int64)
     H = H_KV * GROUP
+    if VARLEN:  # see _attn_fwd
+        seq_q0, seq_k0, N_Q, N_K = _varlen_bounds(Cu_q, Cu_k, off_z)
+        if start_n >= N_K:  # past the sequence's end: its keys belong to no program here
+            return
+        Q += seq_q0 * stride_qm
+        DO += seq_q0 * stride_dom
+        K += seq_k0 * stride_kn
+        V += seq_k0 * stride_vn
+        DK += seq_k0 * stride_dkn
+        DV += seq_k0 * stride_dvn
 
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
@@ -214,11 +234,15 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQacc, Scores, Lse, Delta,
         s_ptrs = Scores
         if USE_SCORES:  # float32, contiguous (B, H, Nq, Nk); read transposed
             s_ptrs = Scores + off_hz * N_Q * N_K + offs_m0[None, :] * N_K + offs_n[:, None]
-        lse_ptr = Lse + off_hz * N_Q
+        if VARLEN:  # (H, TOTAL_Q)
+            lse_ptr = Lse + off_h * TOTAL_Q + seq_q0
+            delta_ptr = Delta + off_h * TOTAL_Q + seq_q0
+        else:
+            lse_ptr = Lse + off_hz * N_Q
+            delta_ptr = Delta + off_hz * N_Q
         slope_log2 = 0.0
         if ALIBI:
             slope_log2 = tl.load(Alibi + off_z * stride_az + off_h * stride_ah).to(tl.float32) * 1.4426950408889634
-        delta_ptr = Delta + off_hz * N_Q
         # Diagonal band (causal): masked.
         dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_ptrs + lo64 * stride_qm, do_ptrs + lo64 * stride_dom,
                                       dq_ptrs + lo64 * HEAD_DIM, s_ptrs, lse_ptr, delta_ptr,
@@ -285,7 +309,7 @@ def _attn_bwd_dq_inner(dq, q, do, lse, delta, k_ptrs, v_ptrs, s_ptrs, offs_m, of
 
 
 @triton.heuristics({
-    "EVEN_M": lambda args: args["N_Q"] % args["BLOCK_M"] == 0,
+    "EVEN_M": lambda args: not args["VARLEN"] and args["N_Q"] % args["BLOCK_M"] == 0,
     "EVEN_D": lambda args: args["HEAD_DIM"] == args["HEAD_DIM_PAD"],
 })
 @triton.jit
@@ -297,11 +321,12 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, Scores, Lse, Delta,
                  stride_dqz, stride_dqh, stride_dqm, stride_dqd,
                  H, GROUP, N_Q, N_K, qk_scale, sm_scale,
                  Alibi, stride_az, stride_ah, Seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
+                 Cu_q, Cu_k, TOTAL_Q,
                  HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  CAUSAL: tl.constexpr, SKIP_MASKED: tl.constexpr, USE_SCORES: tl.constexpr,
                  WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DROPOUT: tl.constexpr,
-                 EVEN_M: tl.constexpr, EVEN_D: tl.constexpr):
+                 VARLEN: tl.constexpr, EVEN_M: tl.constexpr, EVEN_D: tl.constexpr):
     tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16, "tl.dot needs tiles of at least 16")
     num_m_blocks = tl.cdiv(N_Q, BLOCK_M)
     pid = tl.program_id(0)
@@ -315,6 +340,20 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, Scores, Lse, Delta,
     off_h = tl.cast(off_h, tl.int64)
     off_hz64 = tl.cast(off_hz, tl.int64)
     row0 = tl.cast(start_m * BLOCK_M, tl.int64)
+    if VARLEN:  # see _attn_fwd
+        seq_q0, seq_k0, N_Q, N_K = _varlen_bounds(Cu_q, Cu_k, off_z)
+        if start_m * BLOCK_M >= N_Q:  # past the sequence's end
+            return
+        Q += seq_q0 * stride_qm
+        DO += seq_q0 * stride_dom
+        DQ += seq_q0 * stride_dqm
+        K += seq_k0 * stride_kn
+        V += seq_k0 * stride_vn
+        Lse += off_h * TOTAL_Q + seq_q0
+        Delta += off_h * TOTAL_Q + seq_q0
+    else:
+        Lse += off_hz64 * N_Q
+        Delta += off_hz64 * N_Q
 
     rel_m = tl.arange(0, BLOCK_M)
     offs_m = start_m * BLOCK_M + rel_m
@@ -327,11 +366,11 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, Scores, Lse, Delta,
                     + rel_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
                     offs_m, N_Q, offs_d, HEAD_DIM, not EVEN_M, not EVEN_D)
     if EVEN_M:
-        lse = tl.load(Lse + off_hz64 * N_Q + offs_m) * 1.4426950408889634
-        delta = tl.load(Delta + off_hz64 * N_Q + offs_m)
+        lse = tl.load(Lse + offs_m) * 1.4426950408889634
+        delta = tl.load(Delta + offs_m)
     else:
-        lse = tl.load(Lse + off_hz64 * N_Q + offs_m, mask=offs_m < N_Q, other=0.0) * 1.4426950408889634
-        delta = tl.load(Delta + off_hz64 * N_Q + offs_m, mask=offs_m < N_Q, other=0.0)
+        lse = tl.load(Lse + offs_m, mask=offs_m < N_Q, other=0.0) * 1.4426950408889634
+        delta = tl.load(Delta + offs_m, mask=offs_m < N_Q, other=0.0)
 
     k_ptrs = K + off_z * stride_kz + off_hkv * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
     v_ptrs = V + off_z * stride_vz + off_hkv * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
@@ -377,14 +416,19 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, Scores, Lse, Delta,
 
 def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                        lse: torch.Tensor, scores: torch.Tensor, opts: AttentionOptions,
-                       alibi_slopes: torch.Tensor | None = None, dropout_seed: torch.Tensor | None = None):
+                       alibi_slopes: torch.Tensor | None = None, dropout_seed: torch.Tensor | None = None,
+                       cu_seqlens_q: torch.Tensor | None = None, cu_seqlens_k: torch.Tensor | None = None):
     """Launch the backward; returns (dq, dk, dv) shaped and strided like q, k, v where those are dense.
 
     Tiles come from `opts.bwd_tiles`; `opts.fit_bwd_tiles` steps down where a kernel does not
-    fit the GPU (default configs). `not opts.recompute` reads the forward's `scores`.
+    fit the GPU (default configs). `not opts.recompute` reads the forward's `scores`. A packed
+    batch (cu_seqlens_q, cu_seqlens_k) is laid out as `attention_forward` describes; one launch
+    per kernel covers it.
     """
-    batch, heads, n_q, head_dim = q.shape
-    kv_heads, n_k = k.shape[1], k.shape[2]
+    varlen = check_varlen(opts, cu_seqlens_q, cu_seqlens_k)
+    heads, total_q, head_dim = q.shape[1:]
+    batch, n_q, n_k = varlen_shape(q, k, opts, cu_seqlens_q)
+    kv_heads = k.shape[1]
     head_dim_pad = padded_head_dim(head_dim)
     softmax_scale = opts.softmax_scale
     qk_scale = softmax_scale * LOG2E
@@ -392,18 +436,20 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
     dq = torch.empty_like(q)
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
-    delta = torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32)
+    delta = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
+    packed = varlen_args(cu_seqlens_q, cu_seqlens_k, total_q, delta)
 
     delta_block = 64
     _attn_bwd_delta[(triton.cdiv(n_q, delta_block) * batch * heads,)](
-        out, do, delta, *out.stride(), *do.stride(), heads, n_q,
-        HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=delta_block)
+        out, do, delta, *strides(out, varlen), *strides(do, varlen), heads, n_q, packed["Cu_q"], total_q,
+        HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=delta_block, VARLEN=varlen)
 
     if atomic_dq:
         dq_acc = torch.empty((batch, heads, n_q, head_dim), device=q.device, dtype=torch.float32)
     else:
         dq_acc = torch.empty((0,), device=q.device, dtype=torch.float32)
     features = opts.kernel_args(n_q, n_k, alibi_slopes, dropout_seed, delta)
+    features.update(packed)
     switches = dict(SKIP_MASKED=opts.skip_masked_tiles, USE_SCORES=not opts.recompute)
 
     def launch_dkdv(config: TileConfig) -> None:
@@ -411,7 +457,8 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
             dq_acc.zero_()  # the atomics add into it; zeroed here, once per launch attempt
         _attn_bwd_dkdv[(triton.cdiv(n_k, config.block_n) * batch * kv_heads,)](
             q, k, v, do, dk, dv, dq_acc, scores, lse, delta,
-            *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride(),
+            *strides(q, varlen), *strides(k, varlen), *strides(v, varlen), *strides(do, varlen),
+            *strides(dk, varlen), *strides(dv, varlen),
             kv_heads, heads // kv_heads, n_q, n_k, qk_scale, softmax_scale,
             HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
             ATOMIC_DQ=atomic_dq, num_warps=config.num_warps, num_stages=config.num_stages, **switches, **features)
@@ -420,12 +467,13 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
         # The mirrored tile: BLOCK_N queries resident, keys streamed BLOCK_M at a time.
         _attn_bwd_dq[(triton.cdiv(n_q, config.block_n) * batch * heads,)](
             q, k, v, do, dq, scores, lse, delta,
-            *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(),
+            *strides(q, varlen), *strides(k, varlen), *strides(v, varlen), *strides(do, varlen),
+            *strides(dq, varlen),
             heads, heads // kv_heads, n_q, n_k, qk_scale, softmax_scale,
             HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=config.block_n, BLOCK_N=config.block_m,
             num_warps=config.num_warps, num_stages=config.num_stages, **switches, **features)
 
-    key = (q.dtype, head_dim_pad, tuple(switches.items()) + feature_switches(features))
+    key = (q.dtype, head_dim_pad, tuple(switches.items()) + feature_switches(features) + (varlen,))
     launch_fitting(launch_dkdv, tiles, fit_tiles, ("bwd_dkdv", atomic_dq) + key)
     if atomic_dq:
         dq.copy_(dq_acc)

@@ -152,7 +152,8 @@ def _attn_fwd_block(Q, K, V, Out, Lse, Scores, start_m, off_hz,
                     CAUSAL: tl.constexpr, SKIP_MASKED: tl.constexpr, DEFERRED_RESCALE: tl.constexpr,
                     STORE_SCORES: tl.constexpr, EVEN_M: tl.constexpr, EVEN_D: tl.constexpr,
                     WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DROPOUT: tl.constexpr):
-    """One query block of one (batch, head): the FlashAttention-2 forward."""
+    """One query block of one (batch, head): the FlashAttention-2 forward. `Lse` points at the
+    (batch, head)'s first row."""
     off_z = tl.cast(off_hz // H, tl.int64)
     off_h = off_hz % H
     off_hkv = tl.cast(off_h // GROUP, tl.int64)
@@ -233,11 +234,21 @@ def _attn_fwd_block(Q, K, V, Out, Lse, Scores, start_m, off_hz,
     o_ptrs = (Out + off_z * stride_oz + off_h * stride_oh + row0 * stride_om
               + tl.arange(0, BLOCK_M)[:, None] * stride_om + offs_d[None, :] * stride_od)
     tl.store(o_ptrs, acc.to(Out.dtype.element_ty), mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM))
-    tl.store(Lse + tl.cast(off_hz, tl.int64) * N_Q + offs_m, lse, mask=offs_m < N_Q)
+    tl.store(Lse + offs_m, lse, mask=offs_m < N_Q)
+
+
+@triton.jit
+def _varlen_bounds(Cu_q, Cu_k, off_z):
+    """Sequence `off_z` of a packed batch: its first query and key tokens and its lengths."""
+    seq_q0 = tl.load(Cu_q + off_z)
+    seq_k0 = tl.load(Cu_k + off_z)
+    n_q = tl.load(Cu_q + off_z + 1) - seq_q0
+    n_k = tl.load(Cu_k + off_z + 1) - seq_k0
+    return tl.cast(seq_q0, tl.int64), tl.cast(seq_k0, tl.int64), n_q, n_k
 
 
 @triton.heuristics({
-    "EVEN_M": lambda args: args["N_Q"] % args["BLOCK_M"] == 0,
+    "EVEN_M": lambda args: not args["VARLEN"] and args["N_Q"] % args["BLOCK_M"] == 0,
     "EVEN_D": lambda args: args["HEAD_DIM"] == args["HEAD_DIM_PAD"],
 })
 @triton.jit
@@ -248,13 +259,16 @@ def _attn_fwd(Q, K, V, Out, Lse, Scores,
               stride_oz, stride_oh, stride_om, stride_od,
               H, GROUP, N_Q, N_K, qk_scale,
               Alibi, stride_az, stride_ah, Seed, win_left, win_right, softcap_scale, softcap_log2,
-              dropout_p, dropout_scale,
+              dropout_p, dropout_scale, Cu_q, Cu_k, TOTAL_Q,
               HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               CAUSAL: tl.constexpr, SKIP_MASKED: tl.constexpr, DEFERRED_RESCALE: tl.constexpr,
               SEQ_PARALLEL: tl.constexpr, STORE_SCORES: tl.constexpr,
               WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DROPOUT: tl.constexpr,
-              EVEN_M: tl.constexpr, EVEN_D: tl.constexpr):
+              VARLEN: tl.constexpr, EVEN_M: tl.constexpr, EVEN_D: tl.constexpr):
+    """VARLEN: a packed batch; (batch) is the sequence index, N_Q and N_K the longest sequences
+    (the grid), Cu_q / Cu_k (B + 1,) int32 token offsets, the batch strides 0, Lse (H, TOTAL_Q).
+    Each program reads its sequence's offsets and lengths; blocks past its end do nothing."""
     tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16, "tl.dot needs tiles of at least 16")
     tl.static_assert(HEAD_DIM <= HEAD_DIM_PAD, "head dim is padded up, never down")
     num_m_blocks = tl.cdiv(N_Q, BLOCK_M)
@@ -264,20 +278,37 @@ def _attn_fwd(Q, K, V, Out, Lse, Scores,
         start_m = pid % num_m_blocks
         if CAUSAL or WINDOW:  # the longest rows first, so the last wave is short
             start_m = num_m_blocks - 1 - start_m
-        _attn_fwd_block(Q, K, V, Out, Lse, Scores, start_m, off_hz,
-                        stride_qz, stride_qh, stride_qm, stride_qd,
-                        stride_kz, stride_kh, stride_kn, stride_kd,
-                        stride_vz, stride_vh, stride_vn, stride_vd,
-                        stride_oz, stride_oh, stride_om, stride_od,
-                        H, GROUP, N_Q, N_K, qk_scale,
-                        Alibi, stride_az, stride_ah, Seed, win_left, win_right, softcap_scale, softcap_log2,
-                        dropout_p, dropout_scale, HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, BLOCK_N,
-                        CAUSAL, SKIP_MASKED, DEFERRED_RESCALE, STORE_SCORES, EVEN_M, EVEN_D,
-                        WINDOW, SOFTCAP, ALIBI, DROPOUT)
+        if VARLEN:
+            off_h = tl.cast(off_hz % H, tl.int64)
+            seq_q0, seq_k0, n_q, n_k = _varlen_bounds(Cu_q, Cu_k, off_hz // H)
+            if start_m * BLOCK_M < n_q:
+                _attn_fwd_block(Q + seq_q0 * stride_qm, K + seq_k0 * stride_kn, V + seq_k0 * stride_vn,
+                                Out + seq_q0 * stride_om, Lse + off_h * TOTAL_Q + seq_q0, Scores, start_m, off_hz,
+                                stride_qz, stride_qh, stride_qm, stride_qd,
+                                stride_kz, stride_kh, stride_kn, stride_kd,
+                                stride_vz, stride_vh, stride_vn, stride_vd,
+                                stride_oz, stride_oh, stride_om, stride_od,
+                                H, GROUP, n_q, n_k, qk_scale,
+                                Alibi, stride_az, stride_ah, Seed, win_left, win_right, softcap_scale,
+                                softcap_log2, dropout_p, dropout_scale, HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, BLOCK_N,
+                                CAUSAL, SKIP_MASKED, DEFERRED_RESCALE, STORE_SCORES, EVEN_M, EVEN_D,
+                                WINDOW, SOFTCAP, ALIBI, DROPOUT)
+        else:
+            _attn_fwd_block(Q, K, V, Out, Lse + tl.cast(off_hz, tl.int64) * N_Q, Scores, start_m, off_hz,
+                            stride_qz, stride_qh, stride_qm, stride_qd,
+                            stride_kz, stride_kh, stride_kn, stride_kd,
+                            stride_vz, stride_vh, stride_vn, stride_vd,
+                            stride_oz, stride_oh, stride_om, stride_od,
+                            H, GROUP, N_Q, N_K, qk_scale,
+                            Alibi, stride_az, stride_ah, Seed, win_left, win_right, softcap_scale, softcap_log2,
+                            dropout_p, dropout_scale, HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, BLOCK_N,
+                            CAUSAL, SKIP_MASKED, DEFERRED_RESCALE, STORE_SCORES, EVEN_M, EVEN_D,
+                            WINDOW, SOFTCAP, ALIBI, DROPOUT)
     else:
+        tl.static_assert(not VARLEN, "a packed batch needs SEQ_PARALLEL")
         off_hz = tl.program_id(0)
         for start_m in range(0, num_m_blocks):
-            _attn_fwd_block(Q, K, V, Out, Lse, Scores, start_m, off_hz,
+            _attn_fwd_block(Q, K, V, Out, Lse + tl.cast(off_hz, tl.int64) * N_Q, Scores, start_m, off_hz,
                             stride_qz, stride_qh, stride_qm, stride_qd,
                             stride_kz, stride_kh, stride_kn, stride_kd,
                             stride_vz, stride_vh, stride_vn, stride_vd,
@@ -289,26 +320,71 @@ def _attn_fwd(Q, K, V, Out, Lse, Scores,
                             WINDOW, SOFTCAP, ALIBI, DROPOUT)
 
 
+def check_varlen(opts: AttentionOptions, cu_seqlens_q: torch.Tensor | None, cu_seqlens_k: torch.Tensor | None):
+    """Whether the call is a packed batch; refuses the switches the packed kernels do not have."""
+    if (cu_seqlens_q is None) != (cu_seqlens_k is None):
+        raise ValueError("cu_seqlens_q and cu_seqlens_k go together: pass both or neither")
+    if cu_seqlens_q is None:
+        return False
+    refused = [name for name, on in (("algorithm='fa1'", opts.algorithm == "fa1"),
+                                     ("recompute=False", not opts.recompute),
+                                     ("seq_parallel=False", not opts.seq_parallel),
+                                     ("atomic_dq=True", opts.atomic_dq)) if on]
+    if refused:
+        raise NotImplementedError(f"variable-length (packed) batches are not supported with {', '.join(refused)}")
+    return True
+
+
+def varlen_shape(q: torch.Tensor, k: torch.Tensor, opts: AttentionOptions, cu_seqlens_q: torch.Tensor | None):
+    """(batch, n_q, n_k) of the grid: the tensors' own, or for a packed batch (q, k of shape
+    (1, H, total, D)) the number of sequences and the longest ones."""
+    if cu_seqlens_q is None:
+        return q.shape[0], q.shape[2], k.shape[2]
+    return cu_seqlens_q.shape[0] - 1, opts.max_seqlen_q, opts.max_seqlen_k
+
+
+def varlen_args(cu_seqlens_q: torch.Tensor | None, cu_seqlens_k: torch.Tensor | None, total_q: int,
+                dummy: torch.Tensor) -> dict:
+    """The kernels' packed-batch arguments (VARLEN off: placeholders)."""
+    varlen = cu_seqlens_q is not None
+    return dict(Cu_q=cu_seqlens_q if varlen else dummy, Cu_k=cu_seqlens_k if varlen else dummy,
+                TOTAL_Q=total_q, VARLEN=varlen)
+
+
+def strides(t: torch.Tensor, varlen: bool) -> tuple:
+    """A tensor's strides for the kernels; a packed batch's batch stride is 0 (the kernels offset
+    each sequence by its first token instead)."""
+    return (0, *t.stride()[1:]) if varlen else tuple(t.stride())
+
+
 def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttentionOptions,
-                      alibi_slopes: torch.Tensor | None = None, dropout_seed: torch.Tensor | None = None):
+                      alibi_slopes: torch.Tensor | None = None, dropout_seed: torch.Tensor | None = None,
+                      cu_seqlens_q: torch.Tensor | None = None, cu_seqlens_k: torch.Tensor | None = None):
     """Launch the forward. Inputs and options are validated by the caller (kernels.attention).
 
     Tiles come from `opts.fwd_tiles`; `opts.fit_fwd_tiles` steps down from them if they do not
     fit the GPU (default configs). Returns (out, lse, scores): out like q (same strides where q
     is dense), lse (B, H, Nq) float32, scores (B, H, Nq, Nk) float32 in the log2 domain if
     `not opts.recompute`, else an empty tensor.
+
+    A packed batch (cu_seqlens_q, cu_seqlens_k int32 (B + 1,)): q (1, H, total_q, D), k, v
+    (1, Hkv, total_k, D), sequence b at tokens cu_seqlens[b]:cu_seqlens[b + 1], max lengths in
+    `opts.max_seqlen_q / _k`; out is like q and lse (1, H, total_q). One launch for the batch.
     """
-    batch, heads, n_q, head_dim = q.shape
-    kv_heads, n_k = k.shape[1], k.shape[2]
+    varlen = check_varlen(opts, cu_seqlens_q, cu_seqlens_k)
+    heads, total_q, head_dim = q.shape[1:]
+    batch, n_q, n_k = varlen_shape(q, k, opts, cu_seqlens_q)
+    kv_heads = k.shape[1]
     store_scores = not opts.recompute
     out = torch.empty_like(q)
-    lse = torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32)
+    lse = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
     if store_scores:
         scores = torch.empty((batch, heads, n_q, n_k), device=q.device, dtype=torch.float32)
     else:
         scores = torch.empty((0,), device=q.device, dtype=torch.float32)
     head_dim_pad = padded_head_dim(head_dim)
     features = opts.kernel_args(n_q, n_k, alibi_slopes, dropout_seed, lse)
+    features.update(varlen_args(cu_seqlens_q, cu_seqlens_k, total_q, lse))
     switches = dict(SKIP_MASKED=opts.skip_masked_tiles, DEFERRED_RESCALE=opts.deferred_rescale,
                     SEQ_PARALLEL=opts.seq_parallel, STORE_SCORES=store_scores)
 
@@ -316,12 +392,12 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: A
         grid = (triton.cdiv(n_q, config.block_m) * batch * heads,) if opts.seq_parallel else (batch * heads,)
         _attn_fwd[grid](
             q, k, v, out, lse, scores,
-            *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+            *strides(q, varlen), *strides(k, varlen), *strides(v, varlen), *strides(out, varlen),
             heads, heads // kv_heads, n_q, n_k, opts.softmax_scale * LOG2E,
             HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
             num_warps=config.num_warps, num_stages=config.num_stages, **switches, **features)
 
-    key = ("fwd", q.dtype, head_dim_pad, tuple(switches.items()) + feature_switches(features))
+    key = ("fwd", q.dtype, head_dim_pad, tuple(switches.items()) + feature_switches(features) + (varlen,))
     launch_fitting(launch, TileConfig(*opts.fwd_tiles), opts.fit_fwd_tiles, key)
     return out, lse, scores
 
@@ -336,11 +412,14 @@ def _attn_probs(Q, K, Lse, Probs,
                 stride_kz, stride_kh, stride_kn, stride_kd,
                 H, GROUP, N_Q, N_K, qk_scale,
                 Alibi, stride_az, stride_ah, Seed, win_left, win_right, softcap_scale, softcap_log2,
-                dropout_p, dropout_scale,
+                dropout_p, dropout_scale, Cu_q, Cu_k, TOTAL_Q,
                 HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 CAUSAL: tl.constexpr, WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr,
-                DROPOUT: tl.constexpr):
-    """P = exp(S - lse) of one query block over every key, 0 where masked, negated where dropped."""
+                DROPOUT: tl.constexpr, VARLEN: tl.constexpr):
+    """P = exp(S - lse) of one query block over every key, 0 where masked, negated where dropped.
+
+    Probs is (B, H, N_Q, N_K); VARLEN (see `_attn_fwd`): N_Q, N_K are the longest sequences and
+    each sequence's block sits at the top left of its (N_Q, N_K) slice."""
     num_m_blocks = tl.cdiv(N_Q, BLOCK_M)
     off_hz = tl.program_id(0) // num_m_blocks
     start_m = tl.program_id(0) % num_m_blocks
@@ -348,13 +427,22 @@ def _attn_probs(Q, K, Lse, Probs,
     off_h = off_hz % H
     off_hkv = tl.cast(off_h // GROUP, tl.int64)
     off_h = tl.cast(off_h, tl.int64)
+    Probs += tl.cast(off_hz, tl.int64) * N_Q * N_K
+    stride_pm = N_K
+    if VARLEN:
+        seq_q0, seq_k0, N_Q, N_K = _varlen_bounds(Cu_q, Cu_k, off_z)
+        Q += seq_q0 * stride_qm
+        K += seq_k0 * stride_kn
+        Lse += off_h * TOTAL_Q + seq_q0
+    else:
+        Lse += tl.cast(off_hz, tl.int64) * N_Q
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
     rows = tl.cast(offs_m, tl.int64)
     q = _load_tile(Q + off_z * stride_qz + off_h * stride_qh + rows[:, None] * stride_qm + offs_d[None, :] * stride_qd,
                    offs_m, N_Q, offs_d, HEAD_DIM, True, True)
-    lse = tl.load(Lse + tl.cast(off_hz, tl.int64) * N_Q + offs_m, mask=offs_m < N_Q, other=0.0) * 1.4426950408889634
+    lse = tl.load(Lse + offs_m, mask=offs_m < N_Q, other=0.0) * 1.4426950408889634
     slope_log2 = 0.0
     if ALIBI:
         slope_log2 = tl.load(Alibi + off_z * stride_az + off_h * stride_ah).to(tl.float32) * 1.4426950408889634
@@ -371,21 +459,28 @@ def _attn_probs(Q, K, Lse, Probs,
         p = tl.where(visible, tl.math.exp2(s - lse[:, None]), 0.0)
         if DROPOUT:
             p = tl.where(_dropout_keep(seed, off_hz, offs_m[:, None], cols[None, :], dropout_p), p, -p)
-        tl.store(Probs + tl.cast(off_hz, tl.int64) * N_Q * N_K + rows[:, None] * N_K + cols[None, :], p,
+        tl.store(Probs + rows[:, None] * stride_pm + cols[None, :], p,
                  mask=(offs_m[:, None] < N_Q) & (cols[None, :] < N_K))
 
 
 def attention_probs(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, opts: AttentionOptions,
-                    alibi_slopes: torch.Tensor | None = None, dropout_seed: torch.Tensor | None = None):
+                    alibi_slopes: torch.Tensor | None = None, dropout_seed: torch.Tensor | None = None,
+                    cu_seqlens_q: torch.Tensor | None = None, cu_seqlens_k: torch.Tensor | None = None):
     """(B, H, Nq, Nk) float32: the softmax probabilities the forward used (before dropout), 0
     where masked, and negated where dropout dropped them (flash-attn's S_dmask convention).
-    A slow debug launch that materialises Nq x Nk per head; only for return_attn_probs."""
-    batch, heads, n_q, head_dim = q.shape
-    kv_heads, n_k = k.shape[1], k.shape[2]
+    A slow debug launch that materialises Nq x Nk per head; only for return_attn_probs.
+    A packed batch (see `attention_forward`) gives (B, H, max_seqlen_q, max_seqlen_k), each
+    sequence at the top left, zeros elsewhere."""
+    varlen = check_varlen(opts, cu_seqlens_q, cu_seqlens_k)
+    heads, total_q, head_dim = q.shape[1:]
+    batch, n_q, n_k = varlen_shape(q, k, opts, cu_seqlens_q)
+    kv_heads = k.shape[1]
     probs = torch.zeros((batch, heads, n_q, n_k), device=q.device, dtype=torch.float32)
     block_m, block_n = 16, 32
     _attn_probs[(triton.cdiv(n_q, block_m) * batch * heads,)](
-        q, k, lse, probs, *q.stride(), *k.stride(), heads, heads // kv_heads, n_q, n_k, opts.softmax_scale * LOG2E,
+        q, k, lse, probs, *strides(q, varlen), *strides(k, varlen), heads, heads // kv_heads, n_q, n_k,
+        opts.softmax_scale * LOG2E,
         HEAD_DIM=head_dim, HEAD_DIM_PAD=padded_head_dim(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,
-        **opts.kernel_args(n_q, n_k, alibi_slopes, dropout_seed, lse))
+        **opts.kernel_args(n_q, n_k, alibi_slopes, dropout_seed, lse),
+        **varlen_args(cu_seqlens_q, cu_seqlens_k, total_q, lse))
     return probs

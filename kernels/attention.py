@@ -33,7 +33,7 @@ import torch
 
 from kernels._backward import attention_backward
 from kernels._fa1 import fa1_backward, fa1_default_tiles, fa1_forward
-from kernels._forward import attention_forward, attention_probs
+from kernels._forward import attention_forward, attention_probs, check_varlen
 from kernels.options import AttentionOptions
 from kernels.tiles import MAX_HEAD_DIM, TileConfig, default_tiles
 
@@ -103,19 +103,21 @@ def _check_algorithm(algorithm: str) -> None:
 
 @torch.library.custom_op("flash_attn_triton::fwd", mutates_args=())
 def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slopes: torch.Tensor | None,
-            dropout_seed: torch.Tensor | None, options: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            dropout_seed: torch.Tensor | None, options: str, cu_seqlens_q: torch.Tensor | None = None,
+            cu_seqlens_k: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     opts = AttentionOptions.decode(options)
     _check_algorithm(opts.algorithm)
+    check_varlen(opts, cu_seqlens_q, cu_seqlens_k)
     with _launch_device(q):
         if opts.algorithm == "fa1":
             out, lse = fa1_forward(q, k, v, opts.softmax_scale, opts.causal, TileConfig(*opts.fwd_tiles),
                                    fit_tiles=opts.fit_fwd_tiles)
             return out, lse, q.new_empty((0,), dtype=torch.float32)
-        return attention_forward(q, k, v, opts, alibi_slopes, dropout_seed)
+        return attention_forward(q, k, v, opts, alibi_slopes, dropout_seed, cu_seqlens_q, cu_seqlens_k)
 
 
 @_fwd_op.register_fake
-def _(q, k, v, alibi_slopes, dropout_seed, options):
+def _(q, k, v, alibi_slopes, dropout_seed, options, cu_seqlens_q=None, cu_seqlens_k=None):
     opts = AttentionOptions.decode(options)
     b, h, n_q, _ = q.shape
     scores_shape = (b, h, n_q, k.shape[2]) if not opts.recompute and opts.algorithm == "fa2" else (0,)
@@ -126,18 +128,21 @@ def _(q, k, v, alibi_slopes, dropout_seed, options):
 @torch.library.custom_op("flash_attn_triton::bwd", mutates_args=())
 def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
             lse: torch.Tensor, scores: torch.Tensor, alibi_slopes: torch.Tensor | None,
-            dropout_seed: torch.Tensor | None, options: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            dropout_seed: torch.Tensor | None, options: str, cu_seqlens_q: torch.Tensor | None = None,
+            cu_seqlens_k: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     opts = AttentionOptions.decode(options)
     _check_algorithm(opts.algorithm)
+    check_varlen(opts, cu_seqlens_q, cu_seqlens_k)
     with _launch_device(q):
         if opts.algorithm == "fa1":
             return fa1_backward(do, q, k, v, out, lse, opts.softmax_scale, opts.causal, TileConfig(*opts.bwd_tiles),
                                 fit_tiles=opts.fit_bwd_tiles)
-        return attention_backward(do, q, k, v, out, lse, scores, opts, alibi_slopes, dropout_seed)
+        return attention_backward(do, q, k, v, out, lse, scores, opts, alibi_slopes, dropout_seed,
+                                  cu_seqlens_q, cu_seqlens_k)
 
 
 @_bwd_op.register_fake
-def _(do, q, k, v, out, lse, scores, alibi_slopes, dropout_seed, options):
+def _(do, q, k, v, out, lse, scores, alibi_slopes, dropout_seed, options, cu_seqlens_q=None, cu_seqlens_k=None):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -153,19 +158,20 @@ class FlashAttentionFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, alibi_slopes, dropout_seed, options):
-        out, lse, scores = torch.ops.flash_attn_triton.fwd(q, k, v, alibi_slopes, dropout_seed, options)
-        ctx.save_for_backward(q, k, v, out, lse, scores, alibi_slopes, dropout_seed)
+    def forward(ctx, q, k, v, alibi_slopes, dropout_seed, options, cu_seqlens_q=None, cu_seqlens_k=None):
+        out, lse, scores = torch.ops.flash_attn_triton.fwd(q, k, v, alibi_slopes, dropout_seed, options,
+                                                           cu_seqlens_q, cu_seqlens_k)
+        ctx.save_for_backward(q, k, v, out, lse, scores, alibi_slopes, dropout_seed, cu_seqlens_q, cu_seqlens_k)
         ctx.options = options
         ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     def backward(ctx, d_out, d_lse):
-        q, k, v, out, lse, scores, alibi_slopes, dropout_seed = ctx.saved_tensors
+        q, k, v, out, lse, scores, alibi_slopes, dropout_seed, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
         dq, dk, dv = torch.ops.flash_attn_triton.bwd(d_out, q, k, v, out, lse, scores, alibi_slopes, dropout_seed,
-                                                     ctx.options)
-        return dq, dk, dv, None, None, None
+                                                     ctx.options, cu_seqlens_q, cu_seqlens_k)
+        return dq, dk, dv, None, None, None, None, None
 
 
 def _check_window(window_size) -> tuple[int, int]:
@@ -181,11 +187,11 @@ def _check_window(window_size) -> tuple[int, int]:
     return int(window[0]), int(window[1])
 
 
-def _check_alibi(alibi_slopes, q: torch.Tensor) -> torch.Tensor | None:
+def _check_alibi(alibi_slopes, q: torch.Tensor, batch: int) -> torch.Tensor | None:
     """None, or the slopes as a (B, H) float32 view (stride 0 over the batch for (H,) slopes)."""
     if alibi_slopes is None:
         return None
-    batch, heads = q.shape[0], q.shape[1]
+    heads = q.shape[1]
     if not isinstance(alibi_slopes, torch.Tensor):
         raise ValueError(f"alibi_slopes must be a torch.Tensor or None, got {type(alibi_slopes).__name__}")
     if alibi_slopes.dtype != torch.float32:
@@ -200,6 +206,33 @@ def _check_alibi(alibi_slopes, q: torch.Tensor) -> torch.Tensor | None:
                      f"({batch}, {heads}), got {tuple(alibi_slopes.shape)}")
 
 
+def _check_varlen_args(q: torch.Tensor, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) -> int:
+    """The number of sequences of a packed batch, after checking what can be checked without
+    reading the offsets (that would wait for the device)."""
+    if q.shape[0] != 1:
+        raise ValueError(f"a packed batch holds its tokens in one row: q must have batch size 1, got {q.shape[0]}")
+    counts = []
+    for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if not isinstance(cu, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor (cu_seqlens_q and cu_seqlens_k go together), "
+                             f"got {type(cu).__name__}")
+        if cu.dtype != torch.int32:
+            raise ValueError(f"{name} must have dtype torch.int32, got {cu.dtype}")
+        if cu.dim() != 1 or cu.numel() < 2:
+            raise ValueError(f"{name} must have shape (batch_size + 1,) with batch_size >= 1, got {tuple(cu.shape)}")
+        if cu.device != q.device:
+            raise ValueError(f"{name} must be on the device of q ({q.device}), got {cu.device}")
+        if not cu.is_contiguous():
+            raise ValueError(f"{name} must be contiguous")
+        counts.append(cu.numel() - 1)
+    if counts[0] != counts[1]:
+        raise ValueError(f"cu_seqlens_q holds {counts[0]} sequences and cu_seqlens_k {counts[1]}")
+    for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    return counts[0]
+
+
 def _draw_dropout_seed(device: torch.device) -> torch.Tensor:
     """One Philox seed from torch's default generator of `device` (drawn there: no host-device
     copy), so torch.manual_seed reproduces the mask."""
@@ -212,7 +245,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                     alibi_slopes: torch.Tensor | None = None, dropout_p: float = 0.0, return_probs: bool = False,
                     fwd_tiles: TileConfig | None = None, bwd_tiles: TileConfig | None = None,
                     recompute: bool = True, deferred_rescale: bool = True, seq_parallel: bool = True,
-                    skip_masked_tiles: bool = True, atomic_dq: bool = False, algorithm: str = "fa2"):
+                    skip_masked_tiles: bool = True, atomic_dq: bool = False, algorithm: str = "fa2",
+                    cu_seqlens_q: torch.Tensor | None = None, cu_seqlens_k: torch.Tensor | None = None,
+                    max_seqlen_q: int = 0, max_seqlen_k: int = 0):
     """Exact attention softmax(q k^T * scale) v with FlashAttention-2 kernels (or FlashAttention-1's).
 
     Args:
@@ -265,18 +300,34 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         atomic_dq: True accumulates dQ with atomic adds inside the dK/dV kernel (the paper's
             scheme; not deterministic) instead of the separate dQ kernel.
 
+    Packed (variable-length) batch, keyword-only (flash_attn_varlen_func's kernels):
+        cu_seqlens_q, cu_seqlens_k: int32 (B + 1,) token offsets on q's device; q is then
+            (1, H, total_q, D), k, v (1, Hkv, total_k, D), and sequence b holds query tokens
+            cu_seqlens_q[b]:cu_seqlens_q[b + 1] and key tokens cu_seqlens_k[b]:cu_seqlens_k[b + 1].
+            Each attends only within itself; masks are aligned per sequence; (B, H) ALiBi slopes
+            give row b to sequence b; dropout counters use b as the batch index. One launch per
+            pass covers the batch. The offsets are not read on the host: the caller checks them
+            (start at 0, non-decreasing, end at the token counts; no sequence with queries and
+            no keys).
+        max_seqlen_q, max_seqlen_k: at least the longest sequence; they size the grid.
+        lse is then (1, H, total_q) and the probabilities (B, H, max_seqlen_q, max_seqlen_k),
+        each sequence at the top left. Not with algorithm="fa1", recompute=False,
+        seq_parallel=False or atomic_dq=True (NotImplementedError).
+
     Returns o (B, H, Nq, D), laid out like q where q is dense, then lse with return_lse, then
     the probabilities with return_probs (a tuple when either is set).
     """
     check_inputs(q, k, v)
     _check_algorithm(algorithm)
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    batch = _check_varlen_args(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) if varlen else q.shape[0]
     window_left, window_right = _check_window(window_size)
     if not isinstance(softcap, numbers.Real) or isinstance(softcap, bool) or not math.isfinite(softcap) or softcap < 0:
         raise ValueError(f"softcap must be a finite float >= 0 (0: off), got {softcap!r}")
     if (not isinstance(dropout_p, numbers.Real) or isinstance(dropout_p, bool)
             or not 0.0 <= dropout_p < 1.0):
         raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
-    alibi = _check_alibi(alibi_slopes, q)
+    alibi = _check_alibi(alibi_slopes, q, batch)
     if algorithm == "fa1":
         fa2_only = dict(recompute=True, deferred_rescale=True, seq_parallel=True, skip_masked_tiles=True,
                         atomic_dq=False)
@@ -309,7 +360,10 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         bwd_tiles=_tile_list(bwd_tiles or choose_tiles(head_dim, "bwd")),
         fit_fwd_tiles=fwd_tiles is None, fit_bwd_tiles=bwd_tiles is None,
         recompute=bool(recompute), deferred_rescale=bool(deferred_rescale), seq_parallel=bool(seq_parallel),
-        skip_masked_tiles=bool(skip_masked_tiles), atomic_dq=bool(atomic_dq), algorithm=algorithm)
+        skip_masked_tiles=bool(skip_masked_tiles), atomic_dq=bool(atomic_dq), algorithm=algorithm,
+        max_seqlen_q=int(max_seqlen_q) if varlen else 0, max_seqlen_k=int(max_seqlen_k) if varlen else 0)
+    if varlen:
+        check_varlen(opts, cu_seqlens_q, cu_seqlens_k)
     features = opts.features + (["alibi_slopes"] if alibi is not None else [])
     if features and algorithm == "fa1":
         raise NotImplementedError(f"{', '.join(features)} not supported with algorithm='fa1'")
@@ -323,7 +377,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     if q.numel() == 0:  # empty batch, heads or queries: nothing to launch
         out = torch.empty_like(q)
         lse = q.new_empty(q.shape[:3], dtype=torch.float32)
-        return result(out, lse, q.new_zeros((*q.shape[:3], k.shape[2]), dtype=torch.float32))
+        probs_shape = (batch, q.shape[1], max_seqlen_q, max_seqlen_k) if varlen else (*q.shape[:3], k.shape[2])
+        return result(out, lse, q.new_zeros(probs_shape, dtype=torch.float32))
 
     # 2026-11 (torch 2.13): dynamo refuses autograd.Function.apply when one tensor is passed
     # as several inputs (self-attention with q = k = v); a view gives each input its own
@@ -332,10 +387,15 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         k = k.view_as(k)
     if v is q or v is k:
         v = v.view_as(v)
+    if varlen and cu_seqlens_k is cu_seqlens_q:  # self-attention's one cu_seqlens: the same rule
+        cu_seqlens_k = cu_seqlens_k.view_as(cu_seqlens_k)
     seed = _draw_dropout_seed(q.device) if opts.dropout_p > 0 else None
-    out, lse = FlashAttentionFunction.apply(q, k, v, alibi, seed, opts.encode())
+    if varlen:
+        out, lse = FlashAttentionFunction.apply(q, k, v, alibi, seed, opts.encode(), cu_seqlens_q, cu_seqlens_k)
+    else:
+        out, lse = FlashAttentionFunction.apply(q, k, v, alibi, seed, opts.encode())
     probs = None
     if return_probs:
         with torch.no_grad(), _launch_device(q):
-            probs = attention_probs(q.detach(), k.detach(), lse, opts, alibi, seed)
+            probs = attention_probs(q.detach(), k.detach(), lse, opts, alibi, seed, cu_seqlens_q, cu_seqlens_k)
     return result(out, lse, probs)

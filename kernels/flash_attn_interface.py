@@ -18,7 +18,8 @@ bottom-right corner (per sequence for varlen); query rows that see no key give z
 
 Training features, in the kernels forward and backward, with flash-attn's semantics:
 - dropout_p: Philox dropout; each call draws a fresh seed from torch's default generator of the
-  inputs' device (torch.manual_seed reproduces it); each varlen sequence draws its own.
+  inputs' device (torch.manual_seed reproduces it); varlen sequences get independent masks
+  (the sequence index is the batch index of the Philox counters).
 - window_size=(left, right): query i sees key j iff i + Nk - Nq - left <= j <= i + Nk - Nq +
   right, -1 unbounded; causal=True sets right = 0. As flash-attn's C++ does, a bound of at
   least seqlen_k (max_seqlen_k for varlen) counts as -1. Bounds below -1 are refused.
@@ -51,8 +52,9 @@ Differences from flash-attn that a caller may notice:
 - Varlen checks its offsets on the host: cu_seqlens must start at 0, not decrease and end at
   the number of tokens, and max_seqlen must be at least the longest sequence. A sequence with
   queries but no keys is refused, as `flash_attention` refuses seqlen_k = 0.
-- The varlen functions launch the dense kernels once per sequence (a Python loop over slices,
-  outputs joined with torch.cat); a fused varlen kernel is future work.
+- The varlen functions launch the kernels once per pass for the whole batch: each program
+  reads its sequence's offsets from cu_seqlens. The host still reads cu_seqlens once per call
+  for the checks above.
 """
 
 import math
@@ -151,7 +153,7 @@ def _dense(q, k, v, softmax_scale, causal, return_attn_probs, dropout_p, window_
 
 
 # --------------------------------------------------------------------------------------------
-# Varlen: one dense launch per sequence.
+# Varlen: one launch per pass for the whole packed batch.
 # --------------------------------------------------------------------------------------------
 
 def _sequence_bounds(name, cu_seqlens, total, tensor_name, max_name, max_seqlen):
@@ -182,11 +184,11 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sof
             return_attn_probs, dropout_p, window_size, softcap, alibi_slopes):
     """q (total_q, H, D), k/v (total_k, Hkv, D) -> out (total_q, H, D), lse (H, total_q).
 
-    Each sequence runs through the dense kernels on (1, H, n, D) views of its slice; autograd
-    carries the gradients back through torch.cat and the slices. (B, H) ALiBi slopes give
-    sequence b the row b; each sequence draws its own dropout seed, so masks are independent.
-    With dropout and return_attn_probs, S_dmask is (B, H, max_seqlen_q, max_seqlen_k), each
-    sequence's block at the top left, zeros elsewhere.
+    One launch of the kernels per pass for the whole batch: they see q as (1, H, total_q, D)
+    (a view, no copy) and read each sequence's offsets from cu_seqlens. (B, H) ALiBi slopes give
+    sequence b the row b; the dropout counters take the sequence index as the batch index, so
+    the masks of the sequences are independent. With dropout and return_attn_probs, S_dmask is
+    (B, H, max_seqlen_q, max_seqlen_k), each sequence's block at the top left, zeros elsewhere.
     """
     _check_rank(3, "(total_tokens, heads, head_dim)", q=q, k=k, v=v)
     # dtype, device, heads and head dim: the dense checks on views of the whole batch
@@ -199,31 +201,19 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sof
     if alibi_slopes is not None and alibi_slopes.dim() == 2 and tuple(alibi_slopes.shape) != (batch, heads):
         raise ValueError(f"alibi_slopes must have shape (nheads,) = ({heads},) or (batch_size, nheads) = "
                          f"({batch}, {heads}), got {tuple(alibi_slopes.shape)}")
-    want_probs = bool(return_attn_probs) and dropout_p > 0
-    s_dmask = (q.new_zeros((batch, heads, max_seqlen_q, max_seqlen_k), dtype=torch.float32) if want_probs
-               else None)
-
-    outs, lses = [], []
     for i, ((q0, q1), (k0, k1)) in enumerate(zip(bounds_q, bounds_k)):
-        if q1 == q0:
-            continue
-        if k1 == k0:
+        if k1 == k0 and q1 > q0:
             raise ValueError(f"sequence {i} has {q1 - q0} queries but no keys")
-        slopes = alibi_slopes[i] if alibi_slopes is not None and alibi_slopes.dim() == 2 else alibi_slopes
-        features = _features(dropout_p, window_size, softcap, slopes, max_seqlen_k)
-        out, lse, *probs = flash_attention(q[q0:q1].unsqueeze(0).transpose(1, 2),
-                                           k[k0:k1].unsqueeze(0).transpose(1, 2),
-                                           v[k0:k1].unsqueeze(0).transpose(1, 2), causal=bool(causal),
-                                           softmax_scale=softmax_scale, return_lse=True, return_probs=want_probs,
-                                           **features)
-        outs.append(out[0].transpose(0, 1))  # (n, H, D)
-        lses.append(lse[0])  # (H, n)
-        if want_probs:
-            s_dmask[i, :, :q1 - q0, :k1 - k0] = probs[0][0]
-    if not outs:  # no query tokens at all
-        return _result(torch.empty_like(q), q.new_empty((q.shape[1], 0), dtype=torch.float32), s_dmask,
-                       return_attn_probs)
-    return _result(torch.cat(outs), torch.cat(lses, dim=1), s_dmask, return_attn_probs)
+    if cu_seqlens_k.device != q.device or cu_seqlens_q.device != q.device:
+        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must be on the device of q ({q.device})")
+    want_probs = bool(return_attn_probs) and dropout_p > 0
+    features = _features(dropout_p, window_size, softcap, alibi_slopes, max_seqlen_k)
+    packed = lambda t: t.unsqueeze(0).transpose(1, 2)  # (total, H, D) -> (1, H, total, D)
+    out, lse, *probs = flash_attention(packed(q), packed(k), packed(v), causal=bool(causal),
+                                       softmax_scale=softmax_scale, return_lse=True, return_probs=want_probs,
+                                       cu_seqlens_q=cu_seqlens_q.contiguous(), cu_seqlens_k=cu_seqlens_k.contiguous(),
+                                       max_seqlen_q=int(max_seqlen_q), max_seqlen_k=int(max_seqlen_k), **features)
+    return _result(out[0].transpose(0, 1), lse[0], probs[0] if probs else None, return_attn_probs)
 
 
 # --------------------------------------------------------------------------------------------
@@ -333,7 +323,7 @@ def flash_attn_varlen_qkvpacked_func(
     """Variable-length attention of packed qkv (total, 3, H, D) -> out (total, H, D).
 
     cu_seqlens (B + 1,) int32 gives each sequence's tokens; max_seqlen bounds their lengths.
-    Launches the kernels once per sequence (see flash_attn_varlen_func).
+    One launch of the kernels per pass for the batch (see flash_attn_varlen_func).
     """
     _check_options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                    return_attn_probs)
@@ -361,7 +351,7 @@ def flash_attn_varlen_kvpacked_func(
 ):
     """Variable-length attention of q (total_q, H, D) over packed kv (total_k, 2, Hkv, D).
 
-    Launches the kernels once per sequence (see flash_attn_varlen_func).
+    One launch of the kernels per pass for the batch (see flash_attn_varlen_func).
     """
     _check_options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                    return_attn_probs)
@@ -397,9 +387,9 @@ def flash_attn_varlen_func(
     cu_seqlens_* are int32 of shape (B + 1,), starting at 0 and ending at the token count;
     max_seqlen_* must be at least the longest sequence.
 
-    This launches the dense kernels once per sequence (a Python loop over slices, which also
-    reads cu_seqlens on the host); a fused varlen kernel that covers the batch in one launch is
-    future work. block_table (paged KV cache) must be None. The other options are those of
+    The kernels run once per pass for the whole batch (each program reads its sequence's
+    offsets from cu_seqlens; the host reads them once for the checks). Sequences of length 0
+    are allowed. block_table (paged KV cache) must be None. The other options are those of
     flash_attn_func; softmax_lse, with return_attn_probs, has shape (H, total_q).
     """
     _check_options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,

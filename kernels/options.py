@@ -40,6 +40,8 @@ class AttentionOptions:
     skip_masked_tiles: bool = True
     atomic_dq: bool = False
     algorithm: str = "fa2"
+    max_seqlen_q: int = 0  # packed (varlen) batches only: the longest sequences, which size the grid
+    max_seqlen_k: int = 0
 
     def encode(self) -> str:
         """`name=repr(value)` pairs joined by ';' (plain string formatting, which torch.compile traces)."""
