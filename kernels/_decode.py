@@ -37,6 +37,8 @@ from kernels.tiles import padded_head_dim
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
+_LOG2E = tl.constexpr(LOG2E)  # for use inside @triton.jit code (globals must be constexpr there)
+_LN2 = tl.constexpr(LN2)
 
 # SM count assumed for the split choice when there is no GPU (the interpreter): small, so the
 # CPU tests exercise several splits with small shapes.
@@ -113,7 +115,7 @@ def _decode_fwd(Q, K, V, Out, Lse, OPart, LsePart,
         k_base += cache_b * stride_kb
         v_base += cache_b * stride_vb
     if ALIBI:
-        slope = tl.load(Alibi + off_b64 * stride_alb + offs_h, mask=row_ok, other=0.0) * LOG2E
+        slope = tl.load(Alibi + off_b64 * stride_alb + offs_h, mask=row_ok, other=0.0) * _LOG2E
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -136,10 +138,10 @@ def _decode_fwd(Q, K, V, Out, Lse, OPart, LsePart,
         if SOFTCAP:
             x = qk * (qk_scale / softcap)  # scale / c, natural units
             # tanh(x) = 1 - 2 / (exp(2x) + 1): saturates cleanly at +-1 for large |x|
-            t = 1.0 - 2.0 / (tl.math.exp2(x * (2.0 * LOG2E)) + 1.0)
-            s = t * (softcap * LOG2E)
+            t = 1.0 - 2.0 / (tl.math.exp2(x * (2.0 * _LOG2E)) + 1.0)
+            s = t * (softcap * _LOG2E)
         else:
-            s = qk * (qk_scale * LOG2E)
+            s = qk * (qk_scale * _LOG2E)
         if ALIBI:
             s -= slope[:, None] * tl.abs(diag[:, None] - p_idx[None, :]).to(tl.float32)
         visible = key_ok[None, :] & row_ok[:, None]
@@ -160,7 +162,7 @@ def _decode_fwd(Q, K, V, Out, Lse, OPart, LsePart,
 
     seen = l_i > 0.0
     acc = acc / tl.where(seen, l_i, 1.0)[:, None]
-    lse = tl.where(seen, (m_i + tl.math.log2(tl.where(seen, l_i, 1.0))) * LN2, float("-inf"))
+    lse = tl.where(seen, (m_i + tl.math.log2(tl.where(seen, l_i, 1.0))) * _LN2, float("-inf"))
     out_mask = row_ok[:, None] & d_ok[None, :]
     if NUM_SPLITS == 1:
         o_ptrs = (Out + off_b64 * stride_ob + tl.cast(offs_i, tl.int64)[:, None] * stride_om

@@ -283,7 +283,7 @@ def test_no_dropout_leaves_the_mask_positive():
     q, k, v = make_inputs(1, 1, 1, 20, 30, 16, torch.float16)
     _, probs = flash_attention(q, k, v, return_probs=True)
     assert (probs > 0).all()
-    assert torch.allclose(probs.sum(-1), torch.ones(1, 1, 20), atol=1e-5)
+    assert torch.allclose(probs.sum(-1), torch.ones(1, 1, 20, device=probs.device), atol=1e-5)
 
 
 
@@ -455,6 +455,7 @@ def test_varlen_passes_features_per_sequence(dropout_p, poisoned_allocations):
     d_out = torch.randn_like(out)
     grads = torch.autograd.grad(out, (q, k, v), d_out)
     masks = []
+    compared = {name: [] for name in ("out", "lse", "dq", "dk", "dv")}
     for i in range(3):
         q0, q1, k0, k1 = cu_q[i].item(), cu_q[i + 1].item(), cu_k[i].item(), cu_k[i + 1].item()
         seq = lambda t, a, b: t[a:b].detach().transpose(0, 1).unsqueeze(0).requires_grad_()
@@ -472,11 +473,15 @@ def test_varlen_passes_features_per_sequence(dropout_p, poisoned_allocations):
         # flash-attn's convention for rows that see no key: lse = +inf
         ref_lse, low_lse = (x.masked_fill(torch.isneginf(x), float("inf")) for x in (ref_lse, low_lse))
         assert torch.isposinf(lse[:, q0:q1]).any() == torch.isposinf(ref_lse).any()
-        assert_close_to_reference(f"out[{i}]", out[q0:q1].transpose(0, 1)[None], low_out, ref_out)
-        assert_close_to_reference(f"lse[{i}]", lse[:, q0:q1][None], low_lse, ref_lse)
+        compared["out"].append((out[q0:q1].transpose(0, 1)[None], low_out, ref_out))
+        compared["lse"].append((lse[:, q0:q1][None], low_lse, ref_lse))
         ours_g = (grads[0][q0:q1], grads[1][k0:k1], grads[2][k0:k1])
         for name, ours, low, ref in zip(("dq", "dk", "dv"), ours_g, low_g, ref_g):
-            assert_close_to_reference(f"{name}[{i}]", ours.transpose(0, 1)[None], low, ref)
+            compared[name].append((ours.transpose(0, 1)[None], low, ref))
+    # flash-attn's rule over the whole packed tensor of each quantity (tests/test_varlen.py says why)
+    for name, parts in compared.items():
+        ours, low, ref = (torch.cat([part[j].detach().to(torch.float64) for part in parts], dim=2) for j in range(3))
+        assert_close_to_reference(name, ours, low, ref)
     if dropout_p:
         assert s_dmask.shape == (3, h, max(lengths_q), max(lengths_k))
         n = min(lengths_q)

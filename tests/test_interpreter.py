@@ -42,3 +42,50 @@ def test_bf16_dot_matches_float32_product_of_the_same_values():
     c = torch.empty(32, 32, device=DEVICE, dtype=torch.float32)
     _bf16_dot[(1,)](a, b, c, N=32)
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-5, atol=1e-5)
+
+
+KERNEL_MODULES = ["kernels._forward", "kernels._backward", "kernels._features", "kernels._fa1", "kernels._decode"]
+
+
+def _python_function(obj):
+    """The Python function under a @triton.jit (compiled or interpreted) and any @triton.heuristics."""
+    while hasattr(obj, "fn") and type(obj).__name__ in ("JITFunction", "InterpretedFunction", "Heuristics",
+                                                         "Autotuner"):
+        obj = obj.fn
+    return obj
+
+
+@pytest.mark.parametrize("module_name", KERNEL_MODULES)
+def test_jit_code_reads_only_constexpr_globals(module_name):
+    """Compiled Triton refuses a kernel that reads a plain module global (a float constant, say);
+    the interpreter does not, so a CPU run alone would never notice. Every global a kernel reads
+    must be a tl.constexpr, another kernel, a module or a callable."""
+    import ast
+    import builtins
+    import importlib
+    import inspect
+    import textwrap
+
+    module = importlib.import_module(module_name)
+    offenders = []
+    for name, obj in vars(module).items():
+        if type(obj).__name__ not in ("JITFunction", "InterpretedFunction", "Heuristics", "Autotuner"):
+            continue
+        function = _python_function(obj)
+        if getattr(function, "__module__", None) != module_name:
+            continue
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+        bound = {node.arg for node in ast.walk(tree) if isinstance(node, ast.arg)}
+        bound |= {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in bound:
+                if node.id in function.__globals__:
+                    value = function.__globals__[node.id]
+                elif hasattr(builtins, node.id):
+                    continue
+                else:
+                    offenders.append(f"{name}: {node.id} is not defined")
+                    continue
+                if not (isinstance(value, tl.constexpr) or callable(value) or inspect.ismodule(value)):
+                    offenders.append(f"{name}: {node.id} ({type(value).__name__})")
+    assert not offenders, f"{module_name}: kernels read non-constexpr globals: {offenders}"
