@@ -33,8 +33,9 @@ def save(csv_paths: list[str], gpu: str, dest: str) -> None:
                 seen[column].add(row[column])
         with open(path, "rb") as f:
             digest = hashlib.sha256(f.read()).hexdigest()
-        statuses = collections.Counter(row["status"] for row in rows)
-        files[os.path.basename(path)] = {"rows": len(rows), "status": dict(statuses), "sha256": digest}
+        files[os.path.basename(path)] = {"rows": len(rows), "sha256": digest}
+        if rows and "status" in rows[0]:  # side files (training_loss.csv) carry no status column
+            files[os.path.basename(path)]["status"] = dict(collections.Counter(row["status"] for row in rows))
     commits = sorted(seen["commit"])
     if len(commits) != 1 or commits[0] in ("", "unknown") or commits[0].endswith("-dirty"):
         sys.exit(f"the rows come from commits {commits}: an archive holds one run of one clean commit; "

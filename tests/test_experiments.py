@@ -190,6 +190,14 @@ def test_archive_saves_a_gpu_run_with_provenance_and_restores_it(tmp_path):
     assert summary["files"]["speed.csv"]["status"] == {"ok": 1, "oom": 1}
     with pytest.raises(SystemExit, match="other-gpu"):
         archive.save([measured], "other-gpu", str(tmp_path / "elsewhere"))
+    # a side file (training_loss.csv: no status column) goes in beside its ablation
+    loss = str(tmp_path / "training_loss.csv")
+    with open(loss, "w") as f:
+        f.write("provider,seed,step,loss,gpu,driver,cuda,torch,triton,commit,timestamp,host_kind,source\n"
+                "ours,0,0,8.3,Test GPU,550,12.4,2.11,3.6,c1,2026-01-01T00:01:00+00:00,cuda,measured\n")
+    archive.save([measured, loss], "test-gpu", dest)
+    with open(os.path.join(dest, "provenance.json")) as f:
+        assert json.load(f)["files"]["training_loss.csv"]["rows"] == 1
     restored = str(tmp_path / "restored.csv")
     archive.restore(os.path.join(dest, "speed.csv"), restored, "test-gpu")
     assert {row["source"] for row in results.read_csv(restored)} == {"archive:test-gpu"}
