@@ -600,8 +600,12 @@ def main(results_dir: str, json_path: str, csv_path: str) -> None:
         print(f"{record['verdict']:>14}  {record['id']}: {record['finding']}")
 
 
-if __name__ == "__main__":
-    main(*sys.argv[1:])
-
-
 from analysis import decode as _decode_metrics  # noqa: E402, F401 (registers the decode ablation's metrics)
+
+
+if __name__ == "__main__":
+    # Run through the importable module: analysis.decode registers its metrics in analysis.claims.METRICS,
+    # which under `python -m analysis.claims` is not this __main__ module's.
+    from analysis import claims as _claims
+
+    _claims.main(*sys.argv[1:])

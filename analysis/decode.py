@@ -169,8 +169,9 @@ def facts(frames: dict[str, pd.DataFrame]) -> dict:
 
 
 def draw(frames):
-    """Achieved bandwidth against cache length, one line per provider and layout, a panel per head layout
-    (fp16, largest batch measured per panel), the copy bandwidth as a dashed roof."""
+    """Achieved bandwidth against cache length, one line per provider and layout (one colour each across
+    panels), a panel per batch (rows) and head layout (columns), fp16; the copy bandwidth as a dashed roof.
+    Host-bound and noisy cells are left out, as in the verdicts."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
@@ -183,26 +184,36 @@ def draw(frames):
     cells = cells[cells["dtype"] == "fp16"] if (cells["dtype"] == "fp16").any() else cells
     if cells.empty:
         return _empty("decode: no measured row")
+    cells = cells.copy()
+    cells["arm"] = [PROVIDER_LABELS.get(p, p) + ("" if v in ("dense", "default") else f", {v}")
+                    for p, v in zip(cells["provider"], cells["variant"])]
+    cells["TB/s"] = cells["bandwidth_gbs"] / 1e3
+    arms = sorted(set(cells["arm"]), key=lambda arm: (not arm.startswith(PROVIDER_LABELS.get("ours", "ours")), arm))
+    palette = dict(zip(arms, sns.color_palette("colorblind", len(arms))))
     roof = copy_bandwidth(frame)
     layouts = sorted(set(zip(cells["heads"], cells["kv_heads"])), key=lambda hk: hk[0] // hk[1], reverse=True)
-    figure, axes = plt.subplots(1, len(layouts), figsize=(5 * len(layouts), 3.6), squeeze=False)
-    for axis, (heads, kv_heads) in zip(axes[0], layouts):
-        panel = cells[(cells["heads"] == heads) & (cells["kv_heads"] == kv_heads)]
-        batch = int(panel["batch"].max())
-        panel = panel[panel["batch"] == batch].copy()
-        panel["arm"] = [PROVIDER_LABELS.get(p, p) + ("" if v in ("dense", "default") else f", {v}")
-                        for p, v in zip(panel["provider"], panel["variant"])]
-        panel["TB/s"] = panel["bandwidth_gbs"] / 1e3
-        sns.lineplot(data=panel, x="seqlen_k", y="TB/s", hue="arm", marker="o", ax=axis)
-        if roof is not None:
-            axis.axhline(roof / 1e3, color="grey", linestyle="--", linewidth=0.8, label="copy")
-        axis.set_xscale("log", base=2)
-        axis.set_xlabel("cache length (keys)")
-        axis.set_ylabel("achieved bandwidth (TB/s)")
-        group = heads // kv_heads
-        axis.set_title(f"{heads} q heads / {kv_heads} kv heads ({'MHA' if group == 1 else f'GQA {group}:1'}), "
-                       f"batch {batch}", fontsize=8)
-        axis.set_ylim(bottom=0)
-        axis.legend(fontsize=6, frameon=False, loc="lower right")
-    figure.tight_layout()
+    batches = sorted(set(cells["batch"].astype(int)))
+    figure, axes = plt.subplots(len(batches), len(layouts), figsize=(5 * len(layouts), 2.6 * len(batches) + 0.8),
+                                squeeze=False, sharey=True)
+    for row, batch in enumerate(batches):
+        for column, (heads, kv_heads) in enumerate(layouts):
+            axis = axes[row, column]
+            panel = cells[(cells["heads"] == heads) & (cells["kv_heads"] == kv_heads) & (cells["batch"] == batch)]
+            if not panel.empty:
+                sns.lineplot(data=panel, x="seqlen_k", y="TB/s", hue="arm", hue_order=arms, palette=palette,
+                             marker="o", ax=axis, legend=False)
+            if roof is not None:
+                axis.axhline(roof / 1e3, color="grey", linestyle="--", linewidth=0.8)
+            axis.set_xscale("log", base=2)
+            axis.set_xlabel("cache length (keys)" if row == len(batches) - 1 else "")
+            axis.set_ylabel("achieved bandwidth (TB/s)" if column == 0 else "")
+            group = heads // kv_heads
+            axis.set_title(f"{heads} q heads / {kv_heads} kv heads ({'MHA' if group == 1 else f'GQA {group}:1'}), "
+                           f"batch {batch}", fontsize=8)
+            axis.set_ylim(bottom=0)
+    handles = [plt.Line2D([], [], color=palette[arm], marker="o", label=arm) for arm in arms]
+    if roof is not None:
+        handles.append(plt.Line2D([], [], color="grey", linestyle="--", label="copy (read + write)"))
+    figure.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), fontsize=7, frameon=False)
+    figure.tight_layout(rect=(0, 0.06, 1, 1))
     return figure
