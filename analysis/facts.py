@@ -21,7 +21,7 @@ from analysis.cells import aggregate, exclusion_counts, interleaved_ceiling, rea
 from analysis.claims import paired_ratio, to_json
 from analysis.figures import MODE_TITLES, PROVIDERS, VARIANTS
 from analysis.load import (EXPERIMENTS, PROVENANCE_COLUMNS, TIMED_ABLATIONS, attention_rows, measured,
-                           not_measured, read_results)
+                           not_measured, read_loss, read_results)
 from analysis.decode import facts as decode_facts
 from analysis.peaks import datasheet_entry, main_gpu, paper_gpu_entry, read_hardware
 
@@ -369,8 +369,29 @@ def collect(frames: dict[str, pd.DataFrame], hardware: dict, figures_dir: str | 
             "figures": figures(figures_dir)}
 
 
+def loss_agreement(loss: pd.DataFrame) -> dict | None:
+    """The loss-agreement run in numbers: the largest step-wise |ours - reference| from the shared seed,
+    against the largest |reference seed 0 - reference seed 1| (the seed spread); None without the run."""
+    if loss.empty or "ours" not in set(loss["provider"]):
+        return None
+    ours = loss[loss["provider"] == "ours"]
+    reference = loss[loss["provider"] != "ours"]
+    shared = int(ours["seed"].iloc[0])
+    name = str(reference["provider"].iloc[0])
+    curves = reference.pivot_table(index="step", columns="seed", values="loss")
+    other = [seed for seed in curves.columns if seed != shared]
+    if shared not in curves.columns or not other:
+        return None
+    ours_curve = ours.set_index("step")["loss"]
+    return {"reference": PROVIDERS.get(name, (name,))[0], "steps": int(len(ours_curve)),
+            "max_abs_diff": float((ours_curve - curves[shared]).abs().max()),
+            "seed_spread": float((curves[shared] - curves[other[0]]).abs().max()),
+            "final_ours": float(ours_curve.iloc[-1]), "final_reference": float(curves[shared].iloc[-1])}
+
+
 def main(results_dir: str, figures_dir: str, out_json: str) -> None:
     facts = collect(read_results(results_dir), read_hardware(), figures_dir)
+    facts["training"]["loss"] = loss_agreement(read_loss(results_dir)) if facts["training"]["measured"] else None
     Path(out_json).parent.mkdir(parents=True, exist_ok=True)
     Path(out_json).write_text(json.dumps(facts, indent=2, default=to_json) + "\n")
 
