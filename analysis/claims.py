@@ -456,10 +456,9 @@ def training_speedup(frames, hardware, *, candidate="ours", baselines=None, dtyp
         left_out.append(excluded)
         if pairs.empty:
             continue
-        best = pairs.loc[pairs["ratio"].idxmax()]
-        values.update({f"{name}_n": len(pairs), f"{name}_min": float(pairs["ratio"].min()),
-                       f"{name}_median": float(pairs["ratio"].median()), f"{name}_max": float(pairs["ratio"].max()),
-                       f"{name}_at_max": _model_context(best["variant"], best["seqlen_k"])})
+        ratios = summarise_ratios(pairs, {"variant": "variant", "seqlen_k": "seqlen"})
+        values.update({f"{name}_{key}": ratios[key] for key in ("n", "min", "median", "max")},
+                      **{f"{name}_at_max": _model_context(ratios["max_at_variant"], ratios["max_at_seqlen"])})
     excluded = pd.concat(left_out, ignore_index=True)
     values.update(excluded=describe_exclusions(excluded), **exclusion_counts(excluded))
     ours = eligible(aggregate(select(eager, {"provider": candidate}), "tflops"))

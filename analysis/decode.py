@@ -12,11 +12,10 @@ import re
 
 import pandas as pd
 
-from analysis.cells import aggregate, describe_exclusions, eligible, exclusion_counts, select
-from analysis.claims import NOT_MEASURED, metric
+from analysis.cells import PAIR_KEYS, aggregate, describe_exclusions, eligible, exclusion_counts, select
+from analysis.claims import NOT_MEASURED, metric, summarise_ratios
 from analysis.load import attention_rows, ceiling_rows, measured
 
-KEYS = ["dtype", "batch", "heads", "kv_heads", "seqlen_q", "seqlen_k", "head_dim", "causal", "mode"]
 PROVIDER_LABELS = {"ours": "Ours (Triton)", "sdpa": "SDPA (best backend)", "flex": "FlexAttention"}
 
 
@@ -36,7 +35,7 @@ def _cells(frame: pd.DataFrame, value: str = "ms") -> pd.DataFrame:
     the bytes moved over the median ms."""
     from experiments.decode import moved_bytes
 
-    cells = aggregate(attention_rows(frame), "ms", keys=["experiment", "provider", "variant"] + KEYS)
+    cells = aggregate(attention_rows(frame), "ms", keys=["experiment", "provider", "variant"] + PAIR_KEYS)
     moved = [moved_bytes(int(c.batch), int(c.heads), int(c.kv_heads), int(c.seqlen_k), int(c.head_dim), c.dtype)
              if c.dtype in ("fp16", "bf16") and not pd.isna(c.batch) else float("nan") for c in cells.itertuples()]
     cells["bandwidth_gbs"] = pd.Series(moved, index=cells.index, dtype=float) / (cells["ms"] * 1e-3) / 1e9
@@ -81,8 +80,8 @@ def _ratios(frame, baseline: dict, candidate: dict, value: str = "ms") -> tuple[
         arms[name] = select(cells, arm)
     left_out = pd.concat([arms["baseline"], arms["candidate"]], ignore_index=True)
     left_out = left_out[left_out["excluded"] != ""]
-    both = eligible(arms["baseline"]).set_index(KEYS)[[value]].merge(
-        eligible(arms["candidate"]).set_index(KEYS)[[value]], left_index=True, right_index=True,
+    both = eligible(arms["baseline"]).set_index(PAIR_KEYS)[[value]].merge(
+        eligible(arms["candidate"]).set_index(PAIR_KEYS)[[value]], left_index=True, right_index=True,
         suffixes=("_baseline", "_candidate"))
     both["ratio"] = both[f"{value}_baseline"] / both[f"{value}_candidate"]
     return both.reset_index(), left_out
@@ -105,10 +104,9 @@ def decode_speedup(frames, hardware, *, candidate=None, baselines=None):
         left_out.append(excluded)
         if pairs.empty:
             continue
-        worst = pairs.loc[pairs["ratio"].idxmin()]
-        values.update({f"{name}_n": len(pairs), f"{name}_min": float(pairs["ratio"].min()),
-                       f"{name}_median": float(pairs["ratio"].median()), f"{name}_max": float(pairs["ratio"].max()),
-                       f"{name}_at_min": _shape(worst)})
+        ratios = summarise_ratios(pairs, {})
+        values.update({f"{name}_{key}": ratios[key] for key in ("n", "min", "median", "max")},
+                      **{f"{name}_at_min": _shape(pairs.loc[pairs["ratio"].idxmin()])})
         values["n"] += len(pairs)
     excluded = pd.concat(left_out, ignore_index=True)
     values.update(excluded=describe_exclusions(excluded), **exclusion_counts(excluded))

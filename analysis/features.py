@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.cells import describe_exclusions, exclusion_counts, paired
+from analysis.cells import PAIR_KEYS, describe_exclusions, exclusion_counts, paired
+from analysis.claims import summarise_ratios
 from analysis.load import attention_rows
 
 OURS = "ours"
@@ -38,7 +39,6 @@ COMPARISONS = {
 }
 FEATURE_TITLES = {"window": "sliding window", "softcap": "softcap", "alibi": "ALiBi", "dropout": "dropout",
                   "varlen": "variable length"}
-PAIR_KEYS = ["dtype", "batch", "heads", "kv_heads", "seqlen_q", "seqlen_k", "head_dim", "causal", "mode"]
 
 
 def feature_of(variant: str) -> str:
@@ -95,18 +95,11 @@ def summary(frame: pd.DataFrame, comparisons, modes, dtype: str = "fp16", settin
     for name in comparisons:
         pairs, excluded = compare(frame, name, chosen, dtype)
         left_out.append(excluded)
-        values[f"{name}_n"] = len(pairs)
+        ratios = summarise_ratios(pairs, {})
+        values.update({f"{name}_{key}": ratios[key] for key in ("n", "min", "median", "max", "at_longest")})
         values["n"] += len(pairs)
-        if pairs.empty:
-            values.update({f"{name}_{key}": None for key in ("min", "median", "max", "at_longest")},
-                          **{f"{name}_worst_at": "not measured"})
-        else:
-            longest = pairs["seqlen_k"].max()
-            worst = pairs.loc[pairs["ratio"].idxmin()]
-            values.update({f"{name}_min": float(pairs["ratio"].min()), f"{name}_median": float(pairs["ratio"].median()),
-                           f"{name}_max": float(pairs["ratio"].max()),
-                           f"{name}_at_longest": float(pairs.loc[pairs["seqlen_k"] == longest, "ratio"].median()),
-                           f"{name}_worst_at": shape_label(dict(worst, varlen=name.startswith("varlen")))})
+        values[f"{name}_worst_at"] = ("not measured" if pairs.empty else
+                                      shape_label(dict(pairs.loc[pairs["ratio"].idxmin()], varlen=name.startswith("varlen"))))
         other = []
         for mode in modes:
             if mode != chosen:
