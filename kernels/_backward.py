@@ -1,13 +1,19 @@
 """FlashAttention-2 backward pass: Triton kernels and their launcher.
 
-Three launches, as in the FlashAttention-2 paper's Algorithm 2 with dQ split out:
-  1. `_attn_bwd_delta`: delta = rowsum(dO * O), one float32 per query row.
+Launches, as in the FlashAttention-2 paper's Algorithm 2:
+  1. `_attn_bwd_delta`: delta = rowsum(dO * O), one float32 per query row; it also zeroes the
+     float32 dQ accumulator when the dK/dV kernel accumulates dQ.
   2. `_attn_bwd_dkdv`: one program per (key block, batch x kv head). It keeps K, V and the
      dK, dV accumulators on chip and walks the query blocks of every query head that shares
      this K/V head (grouped-query attention sums their gradients here, in a fixed order),
-     recomputing P = exp(S - lse) from Q, K and the saved log-sum-exp.
-  3. `_attn_bwd_dq`: one program per (query block, batch x head) walking the key blocks, so
-     every dQ element is written once by one program: the result is bitwise deterministic.
+     recomputing P = exp(S - lse) from Q, K and the saved log-sum-exp. By default
+     (ATOMIC_DQ, `deterministic=False`) it also adds each tile's dQ contribution dS K into the
+     float32 accumulator with relaxed atomics (vectorised red.global.add.v4.f32 on sm_90, as
+     the paper's scheme), and a copy converts the accumulator to dQ's dtype: 5 N x N x D
+     matmuls per tile pair.
+  3. `_attn_bwd_dq` (`deterministic=True` only): one program per (query block, batch x head)
+     walking the key blocks, so every dQ element is written once by one program: bitwise
+     reproducible, at the price of recomputing Q K^T and dO V^T (7 matmuls per tile pair).
 
 Training features, the forward's compile-time switches, with the helpers of `_features.py`:
   WINDOW   both kernels skip the tiles outside the window (the dK/dV kernel's query range and
@@ -18,8 +24,6 @@ Training features, the forward's compile-time switches, with the helpers of `_fe
            dS = P * (dP_kept / (1 - p) - delta) with delta = rowsum(dO * O)
 
 Switches for the ablations:
-  ATOMIC_DQ=True    the dK/dV kernel also adds each block's dQ contribution with float32
-                    atomics (the paper's scheme; non-deterministic) and launch 3 is skipped
   USE_SCORES=True   read the forward's stored scores instead of recomputing Q K^T
   SKIP_MASKED=False causal: visit every tile and mask it
 
@@ -41,12 +45,14 @@ from kernels.tiles import TileConfig, launch_fitting, padded_head_dim
 
 
 @triton.jit
-def _attn_bwd_delta(Out, DO, Delta,
+def _attn_bwd_delta(Out, DO, Delta, DQacc,
                     stride_oz, stride_oh, stride_om, stride_od,
                     stride_doz, stride_doh, stride_dom, stride_dod,
                     H, N_Q, Cu_q, TOTAL_Q,
                     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
-                    VARLEN: tl.constexpr):
+                    VARLEN: tl.constexpr, ZERO_DQ: tl.constexpr):
+    """delta of one query block; with ZERO_DQ, zero the same rows of the dQ accumulator, which
+    is laid out like delta with HEAD_DIM_PAD floats per row."""
     num_m_blocks = tl.cdiv(N_Q, BLOCK_M)
     start_m = tl.program_id(0) % num_m_blocks
     off_hz = tl.program_id(0) // num_m_blocks
@@ -57,8 +63,10 @@ def _attn_bwd_delta(Out, DO, Delta,
         Out += seq_q0 * stride_om
         DO += seq_q0 * stride_dom
         Delta += off_h * TOTAL_Q + seq_q0
+        DQacc += (off_h * TOTAL_Q + seq_q0) * HEAD_DIM_PAD
     else:
         Delta += tl.cast(off_hz, tl.int64) * N_Q
+        DQacc += tl.cast(off_hz, tl.int64) * N_Q * HEAD_DIM_PAD
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
     rows = tl.cast(offs_m, tl.int64)
@@ -68,21 +76,26 @@ def _attn_bwd_delta(Out, DO, Delta,
                     + offs_d[None, :] * stride_dod, offs_m, N_Q, offs_d, HEAD_DIM, True, True)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
     tl.store(Delta + offs_m, delta, mask=offs_m < N_Q)
+    if ZERO_DQ:
+        tl.store(DQacc + rows[:, None] * HEAD_DIM_PAD + offs_d[None, :],
+                 tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32), mask=offs_m[:, None] < N_Q)
 
 
 @triton.jit
 def _attn_bwd_dkdv_inner(dk, dv, k, v, q_ptrs, do_ptrs, dq_ptrs, s_ptrs, lse_ptr, delta_ptr,
                          start_n, offs_n, offs_d, start, end, qk_scale, sm_scale, N_Q, N_K,
-                         stride_qm, stride_dom, stride_dqm,
+                         stride_qm, stride_dom,
                          off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
-                         HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASK: tl.constexpr,
-                         CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
+                         HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
+                         MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
                          ATOMIC_DQ: tl.constexpr, USE_SCORES: tl.constexpr,
                          WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DROPOUT: tl.constexpr):
     """Accumulate dK, dV of one key block over query blocks [start, end) of one head.
 
     Works on the transposed tiles (keys x queries) so the dK, dV products need no transpose
-    of the accumulators. Pointers are positioned at query row `start`.
+    of the accumulators. Pointers are positioned at query row `start`; ATOMIC_DQ adds dS K
+    into the float32 dQ accumulator rows (HEAD_DIM_PAD floats each; its padding columns get
+    zeros, since K's are zero).
     """
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in tl.range(start, end, BLOCK_M):
@@ -120,10 +133,13 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, q_ptrs, do_ptrs, dq_ptrs, s_ptrs, lse_ptr
         if SOFTCAP:  # d(softcap * tanh(x / softcap)) / dx = 1 - tanh^2
             ds_t = ds_t * (1.0 - tanh_t * tanh_t)
         dk = tl.dot(ds_t.to(q.dtype), q, dk)
-        if ATOMIC_DQ:
+        if ATOMIC_DQ:  # relaxed: no ordering is needed, and it vectorises (16-byte rows)
             dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k) * sm_scale
-            tl.atomic_add(dq_ptrs, dq, mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM))
-            dq_ptrs += BLOCK_M * stride_dqm
+            if MASK:
+                tl.atomic_add(dq_ptrs, dq, mask=offs_m[:, None] < N_Q, sem="relaxed")
+            else:
+                tl.atomic_add(dq_ptrs, dq, sem="relaxed")
+            dq_ptrs += BLOCK_M * HEAD_DIM_PAD
         q_ptrs += BLOCK_M * stride_qm
         do_ptrs += BLOCK_M * stride_dom
     return dk, dv
@@ -228,39 +244,39 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQacc, Scores, Lse, Delta,
         q_ptrs = Q + off_z * stride_qz + off_h * stride_qh + offs_m0[:, None] * stride_qm + offs_d[None, :] * stride_qd
         do_ptrs = (DO + off_z * stride_doz + off_h * stride_doh + offs_m0[:, None] * stride_dom
                    + offs_d[None, :] * stride_dod)
-        dq_ptrs = DQacc
-        if ATOMIC_DQ:  # float32, contiguous (B, H, Nq, HEAD_DIM)
-            dq_ptrs = DQacc + off_hz * N_Q * HEAD_DIM + offs_m0[:, None] * HEAD_DIM + offs_d[None, :]
         s_ptrs = Scores
         if USE_SCORES:  # float32, contiguous (B, H, Nq, Nk); read transposed
             s_ptrs = Scores + off_hz * N_Q * N_K + offs_m0[None, :] * N_K + offs_n[:, None]
         if VARLEN:  # (H, TOTAL_Q)
-            lse_ptr = Lse + off_h * TOTAL_Q + seq_q0
-            delta_ptr = Delta + off_h * TOTAL_Q + seq_q0
+            row0 = off_h * TOTAL_Q + seq_q0
         else:
-            lse_ptr = Lse + off_hz * N_Q
-            delta_ptr = Delta + off_hz * N_Q
+            row0 = off_hz * N_Q
+        lse_ptr = Lse + row0
+        delta_ptr = Delta + row0
+        dq_ptrs = DQacc
+        if ATOMIC_DQ:  # float32, laid out like delta with HEAD_DIM_PAD floats per row
+            dq_ptrs = DQacc + row0 * HEAD_DIM_PAD + offs_m0[:, None] * HEAD_DIM_PAD + offs_d[None, :]
         slope_log2 = 0.0
         if ALIBI:
             slope_log2 = tl.load(Alibi + off_z * stride_az + off_h * stride_ah).to(tl.float32) * 1.4426950408889634
         # Diagonal band (causal): masked.
         dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_ptrs + lo64 * stride_qm, do_ptrs + lo64 * stride_dom,
-                                      dq_ptrs + lo64 * HEAD_DIM, s_ptrs, lse_ptr, delta_ptr,
+                                      dq_ptrs + lo64 * HEAD_DIM_PAD, s_ptrs, lse_ptr, delta_ptr,
                                       start_n, offs_n, offs_d, lo, mid, qk_scale, sm_scale, N_Q, N_K,
-                                      stride_qm, stride_dom, HEAD_DIM, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
-                                      HEAD_DIM, BLOCK_M, True, CAUSAL, EVEN_D, ATOMIC_DQ, USE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT)
+                                      stride_qm, stride_dom, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
+                                      HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, True, CAUSAL, EVEN_D, ATOMIC_DQ, USE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT)
         # Rows that see the whole key block: unmasked, unless the key block itself is ragged.
         dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_ptrs + mid64 * stride_qm, do_ptrs + mid64 * stride_dom,
-                                      dq_ptrs + mid64 * HEAD_DIM, s_ptrs, lse_ptr, delta_ptr,
+                                      dq_ptrs + mid64 * HEAD_DIM_PAD, s_ptrs, lse_ptr, delta_ptr,
                                       start_n, offs_n, offs_d, mid, even_end, qk_scale, sm_scale, N_Q, N_K,
-                                      stride_qm, stride_dom, HEAD_DIM, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
-                                      HEAD_DIM, BLOCK_M, not EVEN_N, CAUSAL, EVEN_D, ATOMIC_DQ, USE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT)
+                                      stride_qm, stride_dom, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
+                                      HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, not EVEN_N, CAUSAL, EVEN_D, ATOMIC_DQ, USE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT)
         # The ragged last query block.
         dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_ptrs + end64 * stride_qm, do_ptrs + end64 * stride_dom,
-                                      dq_ptrs + end64 * HEAD_DIM, s_ptrs, lse_ptr, delta_ptr,
+                                      dq_ptrs + end64 * HEAD_DIM_PAD, s_ptrs, lse_ptr, delta_ptr,
                                       start_n, offs_n, offs_d, even_end, hi, qk_scale, sm_scale, N_Q, N_K,
-                                      stride_qm, stride_dom, HEAD_DIM, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
-                                      HEAD_DIM, BLOCK_M, True, CAUSAL, EVEN_D, ATOMIC_DQ, USE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT)
+                                      stride_qm, stride_dom, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
+                                      HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, True, CAUSAL, EVEN_D, ATOMIC_DQ, USE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT)
 
     dk = dk * sm_scale
     store_mask = (offs_n[:, None] < N_K) & (offs_d[None, :] < HEAD_DIM)
@@ -421,7 +437,8 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
     """Launch the backward; returns (dq, dk, dv) shaped and strided like q, k, v where those are dense.
 
     Tiles come from `opts.bwd_tiles`; `opts.fit_bwd_tiles` steps down where a kernel does not
-    fit the GPU (default configs). `not opts.recompute` reads the forward's `scores`. A packed
+    fit the GPU (default configs). `not opts.recompute` reads the forward's `scores`;
+    `opts.deterministic` picks the separate dQ kernel over the atomic accumulation. A packed
     batch (cu_seqlens_q, cu_seqlens_k) is laid out as `attention_forward` describes; one launch
     per kernel covers it.
     """
@@ -432,29 +449,27 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
     head_dim_pad = padded_head_dim(head_dim)
     softmax_scale = opts.softmax_scale
     qk_scale = softmax_scale * LOG2E
-    atomic_dq, tiles, fit_tiles = opts.atomic_dq, TileConfig(*opts.bwd_tiles), opts.fit_bwd_tiles
+    atomic_dq, tiles, fit_tiles = not opts.deterministic, TileConfig(*opts.bwd_tiles), opts.fit_bwd_tiles
     dq = torch.empty_like(q)
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
     delta = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
+    if atomic_dq:  # float32 rows of head_dim_pad beside delta's; zeroed by the delta kernel
+        dq_acc = torch.empty((*q.shape[:3], head_dim_pad), device=q.device, dtype=torch.float32)
+    else:
+        dq_acc = delta
     packed = varlen_args(cu_seqlens_q, cu_seqlens_k, total_q, delta)
 
     delta_block = 64
     _attn_bwd_delta[(triton.cdiv(n_q, delta_block) * batch * heads,)](
-        out, do, delta, *strides(out, varlen), *strides(do, varlen), heads, n_q, packed["Cu_q"], total_q,
-        HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=delta_block, VARLEN=varlen)
+        out, do, delta, dq_acc, *strides(out, varlen), *strides(do, varlen), heads, n_q, packed["Cu_q"], total_q,
+        HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=delta_block, VARLEN=varlen, ZERO_DQ=atomic_dq)
 
-    if atomic_dq:
-        dq_acc = torch.empty((batch, heads, n_q, head_dim), device=q.device, dtype=torch.float32)
-    else:
-        dq_acc = torch.empty((0,), device=q.device, dtype=torch.float32)
     features = opts.kernel_args(n_q, n_k, alibi_slopes, dropout_seed, delta)
     features.update(packed)
     switches = dict(SKIP_MASKED=opts.skip_masked_tiles, USE_SCORES=not opts.recompute)
 
     def launch_dkdv(config: TileConfig) -> None:
-        if atomic_dq:
-            dq_acc.zero_()  # the atomics add into it; zeroed here, once per launch attempt
         _attn_bwd_dkdv[(triton.cdiv(n_k, config.block_n) * batch * kv_heads,)](
             q, k, v, do, dk, dv, dq_acc, scores, lse, delta,
             *strides(q, varlen), *strides(k, varlen), *strides(v, varlen), *strides(do, varlen),
@@ -476,7 +491,7 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
     key = (q.dtype, head_dim_pad, tuple(switches.items()) + feature_switches(features) + (varlen,))
     launch_fitting(launch_dkdv, tiles, fit_tiles, ("bwd_dkdv", atomic_dq) + key)
     if atomic_dq:
-        dq.copy_(dq_acc)
+        dq.copy_(dq_acc[..., :head_dim])
     else:
         launch_fitting(launch_dq, tiles, fit_tiles, ("bwd_dq",) + key)
     return dq, dk, dv

@@ -387,8 +387,8 @@ def fa1_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Te
     delta = torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32)
     delta_block = 64
     _attn_bwd_delta[(triton.cdiv(n_q, delta_block) * batch * heads,)](
-        out, do, delta, *out.stride(), *do.stride(), heads, n_q, delta, n_q,
-        HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=delta_block, VARLEN=False)
+        out, do, delta, delta, *out.stride(), *do.stride(), heads, n_q, delta, n_q,
+        HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=delta_block, VARLEN=False, ZERO_DQ=False)
 
     dq_acc = torch.empty((batch, heads, n_q, head_dim), device=q.device, dtype=torch.float32)
     if group > 1:  # one dK, dV per query head, summed over the group below

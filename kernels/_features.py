@@ -9,9 +9,11 @@ and the transposed (keys x queries) tiles of the dK/dV kernel. Scores are in the
 - `_scores`: scale, softcap (softcap * tanh(scale * q.k / softcap)) and the ALiBi bias
   -slope * |i + Nk - Nq - j|; also returns tanh for the softcap's gradient.
 - `_dropout_keep`: Philox counter-based keep mask, regenerated identically in every pass from
-  (seed, key index // 4, query index, batch x head index): independent 32-bit counters, so no
-  flat offset can overflow. Each Philox call gives four outputs; key column j takes output j % 4
-  of counter j // 4, so one call serves 4 columns, whatever the tile sizes.
+  (seed, key index // 8, query index, batch x head index): independent 32-bit counters, so no
+  flat offset can overflow. Each Philox call gives four 32-bit outputs, used as eight 16-bit
+  uniforms: key column j takes half j % 2 of output (j % 8) // 2 of counter j // 8, so one call
+  serves 8 columns, whatever the tile sizes. An entry is kept iff its 16-bit uniform is at
+  least 65536 p: the keep probability is 1 - ceil(65536 p) / 65536, within 1.6e-5 of 1 - p.
 """
 
 from __future__ import annotations
@@ -60,32 +62,44 @@ def _scores(qk, i, j, qk_scale, softcap_scale, softcap_log2, slope_log2, N_Q, N_
 
 
 @triton.jit
+def _keep16(r, dropout_p):
+    """Keep decisions of the low and high 16 bits of Philox outputs r: uniform 16-bit u is kept
+    iff u >= 65536 p (compared in float32, exact for these integers)."""
+    threshold = dropout_p * 65536.0
+    low = (r & 0xFFFF).to(tl.float32) >= threshold
+    high = (r >> 16).to(tl.float32) >= threshold
+    return low, high
+
+
+@triton.jit
 def _dropout_keep_qk(seed, off_hz, i, j, dropout_p):
     """Keep mask of a (queries x keys) tile: i is [BLOCK_M, 1] query rows, j is [1, BLOCK_N] key
-    columns, contiguous and starting at a multiple of 4 (every tile's first column is a multiple
-    of its BLOCK_N, itself a multiple of 4).
+    columns, contiguous and starting at a multiple of 8 (every tile's first column is a multiple
+    of its BLOCK_N, itself a multiple of 16).
 
-    One Philox call per 4 key columns: counter (j // 4, i, batch x head, 0) gives four 32-bit
-    outputs, and column j takes output j % 4. The mask depends on (seed, batch x head, i, j) only,
-    not on the tile size.
+    One Philox call per 8 key columns: counter (j // 8, i, batch x head, 0) gives four 32-bit
+    outputs, and column j takes 16-bit half j % 2 (low first) of output (j % 8) // 2. The mask
+    depends on (seed, batch x head, i, j) only, not on the tile size.
     """
     BLOCK_N: tl.constexpr = j.shape[1]
-    tl.static_assert(BLOCK_N % 4 == 0, "dropout needs a multiple of 4 key columns per tile")
-    # the first column of each group of 4: [1, BLOCK_N] -> [1, BLOCK_N // 4]
-    j0, _ = tl.split(tl.reshape(j, [1, BLOCK_N // 4, 2, 2]))
+    tl.static_assert(BLOCK_N % 8 == 0, "dropout needs a multiple of 8 key columns per tile")
+    # the first column of each group of 8: [1, BLOCK_N] -> [1, BLOCK_N // 8]
+    j0, _ = tl.split(tl.reshape(j, [1, BLOCK_N // 8, 2, 2, 2]))
     j0, _ = tl.split(j0)
-    g = j0 // 4
-    zero = i * 0 + g * 0  # [BLOCK_M, BLOCK_N // 4]
+    j0, _ = tl.split(j0)
+    g = j0 // 8
+    zero = i * 0 + g * 0  # [BLOCK_M, BLOCK_N // 8]
     c0 = (g + zero).to(tl.uint32, bitcast=True)
     c1 = (i + zero).to(tl.uint32, bitcast=True)
     c2 = (zero + off_hz.to(tl.int32)).to(tl.uint32, bitcast=True)
     r0, r1, r2, r3 = tl.philox(seed, c0, c1, c2, zero.to(tl.uint32, bitcast=True))
-    k0 = tl.uint_to_uniform_float(r0) >= dropout_p
-    k1 = tl.uint_to_uniform_float(r1) >= dropout_p
-    k2 = tl.uint_to_uniform_float(r2) >= dropout_p
-    k3 = tl.uint_to_uniform_float(r3) >= dropout_p
-    # [M, G, a, b] with column 4 * g + 2 * a + b: b = 0 holds (k0, k2), b = 1 holds (k1, k3)
-    keep = tl.join(tl.join(k0, k2), tl.join(k1, k3))
+    k0, k1 = _keep16(r0, dropout_p)
+    k2, k3 = _keep16(r1, dropout_p)
+    k4, k5 = _keep16(r2, dropout_p)
+    k6, k7 = _keep16(r3, dropout_p)
+    # [M, G, a, b, c] with column 8 * g + 4 * a + 2 * b + c: each tl.join adds a last axis, so
+    # the innermost join selects a, the outermost c
+    keep = tl.join(tl.join(tl.join(k0, k4), tl.join(k2, k6)), tl.join(tl.join(k1, k5), tl.join(k3, k7)))
     return tl.reshape(keep, [zero.shape[0], BLOCK_N])
 
 

@@ -278,28 +278,24 @@ def _attn_fwd(Q, K, V, Out, Lse, Scores,
         start_m = pid % num_m_blocks
         if CAUSAL or WINDOW:  # the longest rows first, so the last wave is short
             start_m = num_m_blocks - 1 - start_m
-        if VARLEN:
-            off_h = tl.cast(off_hz % H, tl.int64)
+        n_q = N_Q
+        n_k = N_K
+        if VARLEN:  # this program's sequence: its offsets and lengths
             seq_q0, seq_k0, n_q, n_k = _varlen_bounds(Cu_q, Cu_k, off_hz // H)
-            if start_m * BLOCK_M < n_q:
-                _attn_fwd_block(Q + seq_q0 * stride_qm, K + seq_k0 * stride_kn, V + seq_k0 * stride_vn,
-                                Out + seq_q0 * stride_om, Lse + off_h * TOTAL_Q + seq_q0, Scores, start_m, off_hz,
-                                stride_qz, stride_qh, stride_qm, stride_qd,
-                                stride_kz, stride_kh, stride_kn, stride_kd,
-                                stride_vz, stride_vh, stride_vn, stride_vd,
-                                stride_oz, stride_oh, stride_om, stride_od,
-                                H, GROUP, n_q, n_k, qk_scale,
-                                Alibi, stride_az, stride_ah, Seed, win_left, win_right, softcap_scale,
-                                softcap_log2, dropout_p, dropout_scale, HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, BLOCK_N,
-                                CAUSAL, SKIP_MASKED, DEFERRED_RESCALE, STORE_SCORES, EVEN_M, EVEN_D,
-                                WINDOW, SOFTCAP, ALIBI, DROPOUT)
+            Q += seq_q0 * stride_qm
+            K += seq_k0 * stride_kn
+            V += seq_k0 * stride_vn
+            Out += seq_q0 * stride_om
+            Lse += tl.cast(off_hz % H, tl.int64) * TOTAL_Q + seq_q0
         else:
-            _attn_fwd_block(Q, K, V, Out, Lse + tl.cast(off_hz, tl.int64) * N_Q, Scores, start_m, off_hz,
+            Lse += tl.cast(off_hz, tl.int64) * N_Q
+        if start_m * BLOCK_M < n_q:  # always, unless a packed sequence ends before this block
+            _attn_fwd_block(Q, K, V, Out, Lse, Scores, start_m, off_hz,
                             stride_qz, stride_qh, stride_qm, stride_qd,
                             stride_kz, stride_kh, stride_kn, stride_kd,
                             stride_vz, stride_vh, stride_vn, stride_vd,
                             stride_oz, stride_oh, stride_om, stride_od,
-                            H, GROUP, N_Q, N_K, qk_scale,
+                            H, GROUP, n_q, n_k, qk_scale,
                             Alibi, stride_az, stride_ah, Seed, win_left, win_right, softcap_scale, softcap_log2,
                             dropout_p, dropout_scale, HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, BLOCK_N,
                             CAUSAL, SKIP_MASKED, DEFERRED_RESCALE, STORE_SCORES, EVEN_M, EVEN_D,
@@ -328,8 +324,7 @@ def check_varlen(opts: AttentionOptions, cu_seqlens_q: torch.Tensor | None, cu_s
         return False
     refused = [name for name, on in (("algorithm='fa1'", opts.algorithm == "fa1"),
                                      ("recompute=False", not opts.recompute),
-                                     ("seq_parallel=False", not opts.seq_parallel),
-                                     ("atomic_dq=True", opts.atomic_dq)) if on]
+                                     ("seq_parallel=False", not opts.seq_parallel)) if on]
     if refused:
         raise NotImplementedError(f"variable-length (packed) batches are not supported with {', '.join(refused)}")
     return True

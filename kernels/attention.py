@@ -16,7 +16,10 @@ optional tensors. The seed is drawn here, outside the ops, from torch's default 
 the same seed reaches both passes.
 
 Every switch of the ablations is a keyword argument here (see `flash_attention`); none of them
-changes the result beyond rounding, except that `atomic_dq=True` gives up bitwise determinism.
+changes the result beyond rounding. `deterministic` (flash-attn's keyword, default False as
+there) picks how the backward accumulates dQ: atomically inside the dK/dV kernel (the fast
+default, whose float32 sums may differ in the last bits from run to run) or in a separate
+kernel (bitwise reproducible).
 `algorithm="fa1"` swaps both passes for FlashAttention-1's own kernels (`_fa1.py`: one program
 per (batch, head), key blocks outside, query blocks inside, O, l, m and dQ through HBM every
 step); the other switches are ablations of the FA2 kernels and must keep their defaults with it.
@@ -101,10 +104,9 @@ def _check_algorithm(algorithm: str) -> None:
         raise ValueError(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}, got {algorithm!r}")
 
 
-@torch.library.custom_op("flash_attn_triton::fwd", mutates_args=())
-def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slopes: torch.Tensor | None,
-            dropout_seed: torch.Tensor | None, options: str, cu_seqlens_q: torch.Tensor | None = None,
-            cu_seqlens_k: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _forward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slopes: torch.Tensor | None,
+                  dropout_seed: torch.Tensor | None, options: str, cu_seqlens_q: torch.Tensor | None = None,
+                  cu_seqlens_k: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     opts = AttentionOptions.decode(options)
     _check_algorithm(opts.algorithm)
     check_varlen(opts, cu_seqlens_q, cu_seqlens_k)
@@ -116,6 +118,9 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slopes: tor
         return attention_forward(q, k, v, opts, alibi_slopes, dropout_seed, cu_seqlens_q, cu_seqlens_k)
 
 
+_fwd_op = torch.library.custom_op("flash_attn_triton::fwd", mutates_args=())(_forward_impl)
+
+
 @_fwd_op.register_fake
 def _(q, k, v, alibi_slopes, dropout_seed, options, cu_seqlens_q=None, cu_seqlens_k=None):
     opts = AttentionOptions.decode(options)
@@ -125,11 +130,10 @@ def _(q, k, v, alibi_slopes, dropout_seed, options, cu_seqlens_q=None, cu_seqlen
             q.new_empty(scores_shape, dtype=torch.float32))
 
 
-@torch.library.custom_op("flash_attn_triton::bwd", mutates_args=())
-def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-            lse: torch.Tensor, scores: torch.Tensor, alibi_slopes: torch.Tensor | None,
-            dropout_seed: torch.Tensor | None, options: str, cu_seqlens_q: torch.Tensor | None = None,
-            cu_seqlens_k: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _backward_impl(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                   lse: torch.Tensor, scores: torch.Tensor, alibi_slopes: torch.Tensor | None,
+                   dropout_seed: torch.Tensor | None, options: str, cu_seqlens_q: torch.Tensor | None = None,
+                   cu_seqlens_k: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     opts = AttentionOptions.decode(options)
     _check_algorithm(opts.algorithm)
     check_varlen(opts, cu_seqlens_q, cu_seqlens_k)
@@ -139,6 +143,9 @@ def _bwd_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                 fit_tiles=opts.fit_bwd_tiles)
         return attention_backward(do, q, k, v, out, lse, scores, opts, alibi_slopes, dropout_seed,
                                   cu_seqlens_q, cu_seqlens_k)
+
+
+_bwd_op = torch.library.custom_op("flash_attn_triton::bwd", mutates_args=())(_backward_impl)
 
 
 @_bwd_op.register_fake
@@ -154,13 +161,16 @@ class FlashAttentionFunction(torch.autograd.Function):
     """Autograd for the two ops; the log-sum-exp output is not differentiable.
 
     Everything that is not a tensor travels as one encoded AttentionOptions string, so a new
-    option changes neither this class nor the op schemas.
+    option changes neither this class nor the op schemas. Under torch.compile the passes go
+    through the custom ops (traced as opaque calls with their fake implementations); in eager
+    mode they call the launchers directly, skipping the custom-op dispatch, which costs about
+    as much host time per call as the rest of our Python layers together.
     """
 
     @staticmethod
     def forward(ctx, q, k, v, alibi_slopes, dropout_seed, options, cu_seqlens_q=None, cu_seqlens_k=None):
-        out, lse, scores = torch.ops.flash_attn_triton.fwd(q, k, v, alibi_slopes, dropout_seed, options,
-                                                           cu_seqlens_q, cu_seqlens_k)
+        forward = torch.ops.flash_attn_triton.fwd if torch.compiler.is_compiling() else _forward_impl
+        out, lse, scores = forward(q, k, v, alibi_slopes, dropout_seed, options, cu_seqlens_q, cu_seqlens_k)
         ctx.save_for_backward(q, k, v, out, lse, scores, alibi_slopes, dropout_seed, cu_seqlens_q, cu_seqlens_k)
         ctx.options = options
         ctx.mark_non_differentiable(lse)
@@ -169,12 +179,15 @@ class FlashAttentionFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_out, d_lse):
         q, k, v, out, lse, scores, alibi_slopes, dropout_seed, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
-        dq, dk, dv = torch.ops.flash_attn_triton.bwd(d_out, q, k, v, out, lse, scores, alibi_slopes, dropout_seed,
-                                                     ctx.options, cu_seqlens_q, cu_seqlens_k)
+        backward = torch.ops.flash_attn_triton.bwd if torch.compiler.is_compiling() else _backward_impl
+        dq, dk, dv = backward(d_out, q, k, v, out, lse, scores, alibi_slopes, dropout_seed, ctx.options,
+                              cu_seqlens_q, cu_seqlens_k)
         return dq, dk, dv, None, None, None, None, None
 
 
 def _check_window(window_size) -> tuple[int, int]:
+    if type(window_size) is tuple and window_size == (-1, -1) and all(type(w) is int for w in window_size):
+        return -1, -1  # the default, without the checks' cost
     try:
         window = tuple(window_size)
     except TypeError:
@@ -243,9 +256,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                     softmax_scale: float | None = None, return_lse: bool = False, *,
                     window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
                     alibi_slopes: torch.Tensor | None = None, dropout_p: float = 0.0, return_probs: bool = False,
-                    fwd_tiles: TileConfig | None = None, bwd_tiles: TileConfig | None = None,
+                    deterministic: bool = False, fwd_tiles: TileConfig | None = None, bwd_tiles: TileConfig | None = None,
                     recompute: bool = True, deferred_rescale: bool = True, seq_parallel: bool = True,
-                    skip_masked_tiles: bool = True, atomic_dq: bool = False, algorithm: str = "fa2",
+                    skip_masked_tiles: bool = True, algorithm: str = "fa2",
                     cu_seqlens_q: torch.Tensor | None = None, cu_seqlens_k: torch.Tensor | None = None,
                     max_seqlen_q: int = 0, max_seqlen_k: int = 0):
     """Exact attention softmax(q k^T * scale) v with FlashAttention-2 kernels (or FlashAttention-1's).
@@ -275,6 +288,10 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         return_probs: also return (last) the probabilities the forward used, (B, H, Nq, Nk)
             float32, 0 where masked and negated where dropout dropped them (flash-attn's S_dmask
             convention: the kept mask is probs >= 0). A slow debug launch; for tests.
+        deterministic: False (the default, as in flash-attn) accumulates dQ inside the dK/dV
+            kernel with float32 atomic adds (the paper's scheme: 5 matmuls per tile pair instead
+            of 7); the order of the adds varies, so dQ may differ in its last bits between
+            runs. True computes dQ in its own kernel: bitwise reproducible, and slower.
 
     Ablation switches (keyword-only; the defaults are FlashAttention-2):
         algorithm: "fa2" (the default) or "fa1": both passes run FlashAttention-1's kernels
@@ -297,8 +314,6 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         seq_parallel: False runs one program per (batch, head) over all query blocks, as
             FlashAttention-1 does, instead of one per (query block, batch, head).
         skip_masked_tiles: False makes causal and windowed attention compute every tile and mask it.
-        atomic_dq: True accumulates dQ with atomic adds inside the dK/dV kernel (the paper's
-            scheme; not deterministic) instead of the separate dQ kernel.
 
     Packed (variable-length) batch, keyword-only (flash_attn_varlen_func's kernels):
         cu_seqlens_q, cu_seqlens_k: int32 (B + 1,) token offsets on q's device; q is then
@@ -311,8 +326,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
             no keys).
         max_seqlen_q, max_seqlen_k: at least the longest sequence; they size the grid.
         lse is then (1, H, total_q) and the probabilities (B, H, max_seqlen_q, max_seqlen_k),
-        each sequence at the top left. Not with algorithm="fa1", recompute=False,
-        seq_parallel=False or atomic_dq=True (NotImplementedError).
+        each sequence at the top left. Not with algorithm="fa1", recompute=False or
+        seq_parallel=False (NotImplementedError).
 
     Returns o (B, H, Nq, D), laid out like q where q is dense, then lse with return_lse, then
     the probabilities with return_probs (a tuple when either is set).
@@ -329,10 +344,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
     alibi = _check_alibi(alibi_slopes, q, batch)
     if algorithm == "fa1":
-        fa2_only = dict(recompute=True, deferred_rescale=True, seq_parallel=True, skip_masked_tiles=True,
-                        atomic_dq=False)
+        fa2_only = dict(recompute=True, deferred_rescale=True, seq_parallel=True, skip_masked_tiles=True)
         given = dict(recompute=recompute, deferred_rescale=deferred_rescale, seq_parallel=seq_parallel,
-                     skip_masked_tiles=skip_masked_tiles, atomic_dq=atomic_dq)
+                     skip_masked_tiles=skip_masked_tiles)
         conflicts = [f"{name}={given[name]!r}" for name, default in fa2_only.items() if bool(given[name]) != default]
         if conflicts:
             raise ValueError(f"algorithm='fa1' cannot be combined with {', '.join(conflicts)}: "
@@ -360,7 +374,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         bwd_tiles=_tile_list(bwd_tiles or choose_tiles(head_dim, "bwd")),
         fit_fwd_tiles=fwd_tiles is None, fit_bwd_tiles=bwd_tiles is None,
         recompute=bool(recompute), deferred_rescale=bool(deferred_rescale), seq_parallel=bool(seq_parallel),
-        skip_masked_tiles=bool(skip_masked_tiles), atomic_dq=bool(atomic_dq), algorithm=algorithm,
+        skip_masked_tiles=bool(skip_masked_tiles), deterministic=bool(deterministic), algorithm=algorithm,
         max_seqlen_q=int(max_seqlen_q) if varlen else 0, max_seqlen_k=int(max_seqlen_k) if varlen else 0)
     if varlen:
         check_varlen(opts, cu_seqlens_q, cu_seqlens_k)

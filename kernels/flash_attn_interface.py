@@ -26,12 +26,11 @@ Training features, in the kernels forward and backward, with flash-attn's semant
 - softcap > 0: scores = softcap * tanh(scale * q.k / softcap), then the softmax.
 - alibi_slopes: float32 (H,) or (B, H); adds -slope * |i + Nk - Nq - j| to the scores (varlen:
   sequence b uses row b of (B, H) slopes).
-- deterministic: either value is accepted and both give the same bitwise-deterministic backward
-  (dQ has its own kernel, no atomics); flash-attn uses it to choose between atomic and
-  deterministic dQ accumulation, and this engine only has the deterministic one here
-  (`kernels.flash_attention(..., atomic_dq=True)` is the non-deterministic ablation).
-The paged KV cache of the varlen function (block_table) is not supported yet and is refused
-with NotImplementedError rather than ignored.
+- deterministic: as in flash-attn, False (the default) accumulates dQ with float32 atomic adds
+  inside the dK/dV kernel (fast; dQ may differ in its last bits from run to run), True gives a
+  bitwise-reproducible backward (dQ from its own kernel).
+- block_table (flash_attn_varlen_func): a paged K/V cache, gathered into a packed copy before
+  the kernels run (see the function's docstring).
 
 Differences from flash-attn that a caller may notice:
 - Bad input raises ValueError naming the problem, as `kernels.flash_attention` does, where
@@ -52,6 +51,11 @@ Differences from flash-attn that a caller may notice:
 - Varlen checks its offsets on the host: cu_seqlens must start at 0, not decrease and end at
   the number of tokens, and max_seqlen must be at least the longest sequence. A sequence with
   queries but no keys is refused, as `flash_attention` refuses seqlen_k = 0.
+- Inference at short seqlen_q: when no gradient is needed, there is no dropout, and the query
+  rows per K/V head (seqlen_q x heads / kv heads) are at most 64, flash_attn_func and the
+  packed dense functions run on the split-KV decoding kernels of flash_attn_with_kvcache if
+  those would split the keys (few rows leave the batch x heads grid short of the SMs): the
+  same result within rounding, and the GPU filled (see `_split_kv_splits`).
 - The varlen functions launch the kernels once per pass for the whole batch: each program
   reads its sequence's offsets from cu_seqlens. The host still reads cu_seqlens once per call
   for the checks above.
@@ -61,8 +65,10 @@ import math
 import numbers
 
 import torch
+import triton
 
-from kernels.attention import check_inputs, flash_attention
+from kernels._decode import choose_num_splits, decode_block_sizes, decode_forward
+from kernels.attention import _check_alibi, _check_window, _launch_device, check_inputs, flash_attention
 
 _FULL_WINDOW = (-1, -1)
 
@@ -81,38 +87,28 @@ def _check_flag(name, value):
 
 
 def _check_options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-                   return_attn_probs, block_table=None):
+                   return_attn_probs):
     """Scalar checks up front; alibi_slopes' shape and dtype are checked by flash_attention."""
     if not _is_real(dropout_p) or not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
     if softmax_scale is not None and not (_is_real(softmax_scale) and math.isfinite(softmax_scale)):
         raise ValueError(f"softmax_scale must be a finite float or None, got {softmax_scale!r}")
     _check_flag("causal", causal)
-    try:
-        window = tuple(window_size)
-    except TypeError:
-        window = None
-    if (window is None or len(window) != 2
-            or not all(isinstance(w, numbers.Integral) and not isinstance(w, bool) for w in window)):
-        raise ValueError(f"window_size must be a pair of ints (left, right), got {window_size!r}")
-    if min(window) < -1:
-        raise ValueError(f"window_size values must be >= -1 (-1: unbounded), got {window_size!r}")
+    _check_window(window_size)
     if not _is_real(softcap) or not math.isfinite(softcap) or softcap < 0:
         raise ValueError(f"softcap must be a finite float >= 0 (0: off), got {softcap!r}")
     if alibi_slopes is not None and not isinstance(alibi_slopes, torch.Tensor):
         raise ValueError(f"alibi_slopes must be a torch.Tensor or None, got {type(alibi_slopes).__name__}")
-    _check_flag("deterministic", deterministic)  # either value: the default backward is deterministic
+    _check_flag("deterministic", deterministic)
     _check_flag("return_attn_probs", return_attn_probs)
-    if block_table is not None:
-        raise NotImplementedError("the paged KV cache (block_table) is not supported yet; pass block_table=None")
 
 
-def _features(dropout_p, window_size, softcap, alibi_slopes, max_seqlen_k):
+def _features(dropout_p, window_size, softcap, alibi_slopes, deterministic, max_seqlen_k):
     """flash_attention's keyword arguments for the features, with flash-attn's window rule:
     a bound of at least (max_)seqlen_k means unbounded (-1)."""
     left, right = (-1 if w >= max_seqlen_k else int(w) for w in window_size)
     return dict(dropout_p=float(dropout_p), window_size=(left, right), softcap=float(softcap),
-                alibi_slopes=alibi_slopes)
+                alibi_slopes=alibi_slopes, deterministic=bool(deterministic))
 
 
 def _check_rank(rank, layout, **tensors):
@@ -142,9 +138,48 @@ def _result(out, lse, s_dmask, return_attn_probs):
 # Dense: one launch on transposed views.
 # --------------------------------------------------------------------------------------------
 
-def _dense(q, k, v, softmax_scale, causal, return_attn_probs, dropout_p, window_size, softcap, alibi_slopes):
-    """q (B, Nq, H, D), k/v (B, Nk, Hkv, D) -> out (B, Nq, H, D), lse (B, H, Nq); no copies."""
-    features = _features(dropout_p, window_size, softcap, alibi_slopes, k.shape[1])
+# Split-KV for short queries: at most this many query rows (query tokens x heads per K/V head) per
+# program, as in decoding; longer queries fill the GPU with query blocks already.
+SPLIT_KV_MAX_ROWS = 64
+
+
+def _split_kv_splits(q, k, v, dropout_p, softmax_scale) -> int:
+    """How many key splits the split-KV (decoding) kernels would use for this call, or 0 where
+    they do not serve it: they are forward-only, without dropout, and pay off only when few
+    query rows leave the batch x heads grid short of the GPU's SMs (the choice is
+    `choose_num_splits`'s, made from the shape and the SM count)."""
+    batch, n_q, heads, head_dim = q.shape
+    n_k, kv_heads = k.shape[1], k.shape[2]
+    if (dropout_p > 0 or n_q == 0 or n_k == 0 or (softmax_scale is not None and softmax_scale < 0)
+            or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
+        return 0
+    rows = n_q * (heads // kv_heads)
+    if rows > SPLIT_KV_MAX_ROWS:
+        return 0
+    block_m, block_n, _, _ = decode_block_sizes(head_dim, rows, q.device)
+    splits = choose_num_splits(batch, kv_heads, triton.cdiv(rows, block_m), n_k, q.device, block_n)
+    return splits if splits > 1 else 0
+
+
+def _dense(q, k, v, softmax_scale, causal, return_attn_probs, dropout_p, window_size, softcap, alibi_slopes,
+           deterministic):
+    """q (B, Nq, H, D), k/v (B, Nk, Hkv, D) -> out (B, Nq, H, D), lse (B, H, Nq); no copies.
+
+    Without a gradient to compute, a short query over long keys (seqlen_q x heads per K/V head
+    <= SPLIT_KV_MAX_ROWS) runs on the split-KV decoding kernels where they would split the keys;
+    everything else on the FlashAttention-2 kernels."""
+    features = _features(dropout_p, window_size, softcap, alibi_slopes, deterministic, k.shape[1])
+    check_inputs(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+    splits = _split_kv_splits(q, k, v, dropout_p, softmax_scale)
+    if splits:
+        batch, n_k = q.shape[0], k.shape[1]
+        alibi = _check_alibi(alibi_slopes, q.transpose(1, 2), batch)
+        scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
+        seqlens_k = torch.full((batch,), n_k, device=q.device, dtype=torch.int32)
+        with _launch_device(q):
+            out, lse, _ = decode_forward(q, k, v, seqlens_k, None, None, None, alibi, scale, bool(causal),
+                                         features["window_size"], features["softcap"], splits, n_k)
+        return _result(out, lse, None, return_attn_probs)
     want_probs = bool(return_attn_probs) and dropout_p > 0
     out, lse, *probs = flash_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=bool(causal),
                                        softmax_scale=softmax_scale, return_lse=True, return_probs=want_probs,
@@ -180,8 +215,47 @@ def _sequence_bounds(name, cu_seqlens, total, tensor_name, max_name, max_seqlen)
     return list(zip(offsets, offsets[1:]))
 
 
+def _gather_pages(k_cache, v_cache, block_table, cu_seqlens_k, max_seqlen_k):
+    """The packed keys and values (total_k, Hkv, D) of a paged cache: sequence b's key j is
+    k_cache[block_table[b, j // page_size], j % page_size]. An indexed copy (PyTorch), so the
+    gradient flows back into the cache's pages."""
+    _check_rank(4, "(num_blocks, page_block_size, heads, head_dim) with a block_table", k=k_cache, v=v_cache)
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(f"k and v must have one shape, got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    if not isinstance(block_table, torch.Tensor):
+        raise ValueError(f"block_table must be a torch.Tensor, got {type(block_table).__name__}")
+    if block_table.dtype != torch.int32 or block_table.dim() != 2:
+        raise ValueError(f"block_table must be int32 of shape (batch_size, max_num_blocks_per_seq), got "
+                         f"{block_table.dtype} {tuple(block_table.shape)}")
+    if block_table.device != k_cache.device:
+        raise ValueError(f"block_table must be on the device of k ({k_cache.device}), got {block_table.device}")
+    num_blocks, page_size = k_cache.shape[:2]
+    if not isinstance(cu_seqlens_k, torch.Tensor) or cu_seqlens_k.numel() == 0:
+        raise ValueError("cu_seqlens_k must be a torch.Tensor of shape (batch_size + 1,)")
+    bounds = _sequence_bounds("cu_seqlens_k", cu_seqlens_k, int(cu_seqlens_k.reshape(-1)[-1]), "the paged cache",
+                              "max_seqlen_k", max_seqlen_k)
+    lengths = [end - start for start, end in bounds]
+    if block_table.shape[0] != len(lengths):
+        raise ValueError(f"block_table has {block_table.shape[0]} rows for {len(lengths)} sequences")
+    pages_used = [-(-n // page_size) for n in lengths]
+    if max(pages_used, default=0) > block_table.shape[1]:
+        raise ValueError(f"a sequence of {max(lengths)} keys needs {max(pages_used)} pages of {page_size}; "
+                         f"block_table has {block_table.shape[1]} per sequence")
+    table = block_table.tolist()
+    used = [page for row, n in zip(table, pages_used) for page in row[:n]]
+    if used and not 0 <= min(used) <= max(used) < num_blocks:
+        raise ValueError(f"block_table holds pages outside [0, {num_blocks}): {min(used)}..{max(used)}")
+    device = k_cache.device
+    starts = torch.tensor([start for start, _ in bounds], device=device, dtype=torch.long)
+    seq = torch.repeat_interleave(torch.arange(len(lengths), device=device),
+                                  torch.tensor(lengths, device=device, dtype=torch.long))
+    pos = torch.arange(seq.numel(), device=device) - starts[seq]
+    pages = block_table.long()[seq, pos // page_size]
+    return k_cache[pages, pos % page_size], v_cache[pages, pos % page_size]
+
+
 def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-            return_attn_probs, dropout_p, window_size, softcap, alibi_slopes):
+            return_attn_probs, dropout_p, window_size, softcap, alibi_slopes, deterministic, block_table=None):
     """q (total_q, H, D), k/v (total_k, Hkv, D) -> out (total_q, H, D), lse (H, total_q).
 
     One launch of the kernels per pass for the whole batch: they see q as (1, H, total_q, D)
@@ -190,6 +264,8 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sof
     the masks of the sequences are independent. With dropout and return_attn_probs, S_dmask is
     (B, H, max_seqlen_q, max_seqlen_k), each sequence's block at the top left, zeros elsewhere.
     """
+    if block_table is not None:  # a paged cache: gather each sequence's keys and values first
+        k, v = _gather_pages(k, v, block_table, cu_seqlens_k, max_seqlen_k)
     _check_rank(3, "(total_tokens, heads, head_dim)", q=q, k=k, v=v)
     # dtype, device, heads and head dim: the dense checks on views of the whole batch
     check_inputs(q.unsqueeze(0).transpose(1, 2), k.unsqueeze(0).transpose(1, 2), v.unsqueeze(0).transpose(1, 2))
@@ -207,7 +283,7 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sof
     if cu_seqlens_k.device != q.device or cu_seqlens_q.device != q.device:
         raise ValueError(f"cu_seqlens_q and cu_seqlens_k must be on the device of q ({q.device})")
     want_probs = bool(return_attn_probs) and dropout_p > 0
-    features = _features(dropout_p, window_size, softcap, alibi_slopes, max_seqlen_k)
+    features = _features(dropout_p, window_size, softcap, alibi_slopes, deterministic, max_seqlen_k)
     packed = lambda t: t.unsqueeze(0).transpose(1, 2)  # (total, H, D) -> (1, H, total, D)
     out, lse, *probs = flash_attention(packed(q), packed(k), packed(v), causal=bool(causal),
                                        softmax_scale=softmax_scale, return_lse=True, return_probs=want_probs,
@@ -241,7 +317,8 @@ def flash_attn_qkvpacked_func(
                    return_attn_probs)
     _check_packed("qkv", qkv, 5, 2, 3, "(batch, seqlen, 3, heads, head_dim)")
     q, k, v = qkv.unbind(2)
-    return _dense(q, k, v, softmax_scale, causal, return_attn_probs, dropout_p, window_size, softcap, alibi_slopes)
+    return _dense(q, k, v, softmax_scale, causal, return_attn_probs, dropout_p, window_size, softcap, alibi_slopes,
+                  deterministic)
 
 
 def flash_attn_kvpacked_func(
@@ -266,7 +343,8 @@ def flash_attn_kvpacked_func(
     _check_rank(4, "(batch, seqlen, heads, head_dim)", q=q)
     _check_packed("kv", kv, 5, 2, 2, "(batch, seqlen, 2, heads, head_dim)")
     k, v = kv.unbind(2)
-    return _dense(q, k, v, softmax_scale, causal, return_attn_probs, dropout_p, window_size, softcap, alibi_slopes)
+    return _dense(q, k, v, softmax_scale, causal, return_attn_probs, dropout_p, window_size, softcap, alibi_slopes,
+                  deterministic)
 
 
 def flash_attn_func(
@@ -294,7 +372,8 @@ def flash_attn_func(
         window_size: (left, right) sliding window, -1 unbounded (see the module docstring).
         softcap: > 0 caps the scores with softcap * tanh(scores / softcap); 0 is off.
         alibi_slopes: None, or float32 (H,) or (B, H) ALiBi slopes.
-        deterministic: accepted with either value; the backward is always deterministic here.
+        deterministic: False accumulates dQ with atomic adds (fast, last bits may vary between
+            runs); True makes the backward bitwise reproducible (dQ from its own kernel).
         return_attn_probs: also return softmax_lse (B, H, Nq), float32, no gradient (+inf for
             rows that see no key), and S_dmask: with dropout the probabilities with dropped
             entries negated, (B, H, Nq, Nk); without, an empty tensor as flash-attn returns.
@@ -304,7 +383,8 @@ def flash_attn_func(
     _check_options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                    return_attn_probs)
     _check_rank(4, "(batch, seqlen, heads, head_dim)", q=q, k=k, v=v)
-    return _dense(q, k, v, softmax_scale, causal, return_attn_probs, dropout_p, window_size, softcap, alibi_slopes)
+    return _dense(q, k, v, softmax_scale, causal, return_attn_probs, dropout_p, window_size, softcap, alibi_slopes,
+                  deterministic)
 
 
 def flash_attn_varlen_qkvpacked_func(
@@ -330,7 +410,7 @@ def flash_attn_varlen_qkvpacked_func(
     _check_packed("qkv", qkv, 4, 1, 3, "(total_tokens, 3, heads, head_dim)")
     q, k, v = qkv.unbind(1)
     return _varlen(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, softmax_scale, causal,
-                   return_attn_probs, dropout_p, window_size, softcap, alibi_slopes)
+                   return_attn_probs, dropout_p, window_size, softcap, alibi_slopes, deterministic)
 
 
 def flash_attn_varlen_kvpacked_func(
@@ -358,7 +438,7 @@ def flash_attn_varlen_kvpacked_func(
     _check_packed("kv", kv, 4, 1, 2, "(total_tokens, 2, heads, head_dim)")
     k, v = kv.unbind(1)
     return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                   return_attn_probs, dropout_p, window_size, softcap, alibi_slopes)
+                   return_attn_probs, dropout_p, window_size, softcap, alibi_slopes, deterministic)
 
 
 def flash_attn_varlen_func(
@@ -389,10 +469,16 @@ def flash_attn_varlen_func(
 
     The kernels run once per pass for the whole batch (each program reads its sequence's
     offsets from cu_seqlens; the host reads them once for the checks). Sequences of length 0
-    are allowed. block_table (paged KV cache) must be None. The other options are those of
-    flash_attn_func; softmax_lse, with return_attn_probs, has shape (H, total_q).
+    are allowed. The other options are those of flash_attn_func; softmax_lse, with
+    return_attn_probs, has shape (H, total_q).
+
+    block_table (B, max_num_blocks_per_seq) int32: k and v are a paged cache (num_blocks,
+    page_block_size, Hkv, D), and sequence b's key j (of cu_seqlens_k[b + 1] - cu_seqlens_k[b])
+    sits in page block_table[b, j // page_block_size] at row j % page_block_size. The pages are
+    gathered into a packed copy first (an indexed PyTorch copy: any page size, and the gradient
+    flows back into the cache), then the packed kernels run.
     """
     _check_options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-                   return_attn_probs, block_table)
+                   return_attn_probs)
     return _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                   return_attn_probs, dropout_p, window_size, softcap, alibi_slopes)
+                   return_attn_probs, dropout_p, window_size, softcap, alibi_slopes, deterministic, block_table)

@@ -38,14 +38,16 @@ class AttentionOptions:
     deferred_rescale: bool = True
     seq_parallel: bool = True
     skip_masked_tiles: bool = True
-    atomic_dq: bool = False
+    deterministic: bool = False  # True: dQ from its own kernel (bitwise reproducible); False: atomics
     algorithm: str = "fa2"
     max_seqlen_q: int = 0  # packed (varlen) batches only: the longest sequences, which size the grid
     max_seqlen_k: int = 0
 
     def encode(self) -> str:
         """`name=repr(value)` pairs joined by ';' (plain string formatting, which torch.compile traces)."""
-        return ";".join(f"{name}={getattr(self, name)!r}" for name in _FIELDS)
+        if torch.compiler.is_compiling():
+            return ";".join(f"{name}={getattr(self, name)!r}" for name in _FIELDS)
+        return _encode(self)  # eager: a training loop repeats a handful of options
 
     @classmethod
     def decode(cls, text: str) -> "AttentionOptions":
@@ -97,6 +99,11 @@ class AttentionOptions:
 
 
 _FIELDS = tuple(field.name for field in dataclasses.fields(AttentionOptions))
+
+
+@functools.lru_cache(maxsize=1024)
+def _encode(opts: AttentionOptions) -> str:
+    return ";".join(f"{name}={getattr(opts, name)!r}" for name in _FIELDS)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -175,7 +175,7 @@ def test_window_bounds_at_every_tile_offset(n_q, n_k, left):
 
 
 SWITCHES = [dict(seq_parallel=False), dict(deferred_rescale=False), dict(skip_masked_tiles=False),
-            dict(atomic_dq=True)]
+            dict(deterministic=True)]
 
 
 @pytest.mark.parametrize("switches", SWITCHES, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
@@ -290,8 +290,8 @@ def test_no_dropout_leaves_the_mask_positive():
 @triton.jit
 def _keep_tiles(Keep, KeepT, Ref, seed, off_hz, N_Q, N_K, dropout_p, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """The mask of one (BLOCK_M x BLOCK_N) tile three ways: _dropout_keep on a (queries x keys)
-    tile, on a transposed (keys x queries) tile, and one Philox per element selecting output j % 4
-    of counter (j // 4, i, off_hz, 0), the documented mapping."""
+    tile, on a transposed (keys x queries) tile, and one Philox per element selecting 16-bit half
+    j % 2 of output (j % 8) // 2 of counter (j // 8, i, off_hz, 0), the documented mapping."""
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     i, j = offs_m[:, None], offs_n[None, :]
@@ -300,10 +300,11 @@ def _keep_tiles(Keep, KeepT, Ref, seed, off_hz, N_Q, N_K, dropout_p, BLOCK_M: tl
     keep_t = _dropout_keep(seed, off_hz, offs_m[None, :], offs_n[:, None], dropout_p)
     tl.store(KeepT + offs_m[None, :] * N_K + offs_n[:, None], keep_t.to(tl.int8))
     zero = (i * 0 + j * 0).to(tl.uint32)
-    r0, r1, r2, r3 = tl.philox(seed, (j // 4 + zero).to(tl.uint32), (i + zero).to(tl.uint32), zero + off_hz, zero)
-    col = j % 4 + zero
-    r = tl.where(col == 0, r0, tl.where(col == 1, r1, tl.where(col == 2, r2, r3)))
-    tl.store(Ref + where, (tl.uint_to_uniform_float(r) >= dropout_p).to(tl.int8))
+    r0, r1, r2, r3 = tl.philox(seed, (j // 8 + zero).to(tl.uint32), (i + zero).to(tl.uint32), zero + off_hz, zero)
+    out = (j % 8) // 2 + zero
+    r = tl.where(out == 0, r0, tl.where(out == 1, r1, tl.where(out == 2, r2, r3)))
+    half = tl.where(j % 2 + zero == 0, r & 0xFFFF, r >> 16)
+    tl.store(Ref + where, (half.to(tl.float32) >= dropout_p * 65536.0).to(tl.int8))
 
 
 def _keep_mask(n_q, n_k, block_m, block_n, seed, off_hz, p):
@@ -315,7 +316,7 @@ def _keep_mask(n_q, n_k, block_m, block_n, seed, off_hz, p):
 
 def test_dropout_mask_is_one_function_of_row_and_column_for_every_tile_shape():
     """Each (row, column) keeps the same decision whatever the tile shape and orientation, and it
-    is output j % 4 of the Philox counter (j // 4, i, batch x head, 0)."""
+    is 16-bit half j % 2 of output (j % 8) // 2 of the Philox counter (j // 8, i, batch x head, 0)."""
     seed, off_hz, p = 987654321, 5, 0.3
     masks = []
     for block_m, block_n in [(16, 16), (16, 32), (32, 64), (64, 16)]:
@@ -327,24 +328,24 @@ def test_dropout_mask_is_one_function_of_row_and_column_for_every_tile_shape():
 
 
 def test_dropout_neighbouring_columns_are_independent():
-    """Columns j % 4 == 0..3 come from the four outputs of one Philox call: each keeps 1 - p of
-    its entries, and neighbours (same call or across calls) agree as often as independent draws."""
+    """Columns j % 8 == 0..7 come from the eight 16-bit halves of one Philox call: each keeps 1 - p
+    of its entries, and neighbours (same call or across calls) agree as often as independent draws."""
     n_q, n_k = 128, 256
     for p in (0.2, 0.5):
         keep = _keep_mask(n_q, n_k, 32, 64, 24680, 3, p)[0].bool()
-        for r in range(4):
-            col = keep[:, r::4].double()
+        for r in range(8):
+            col = keep[:, r::8].double()
             sd = ((1 - p) * p / col.numel()) ** 0.5
             assert abs(col.mean().item() - (1 - p)) < 5 * sd, (p, r, col.mean().item())
         agree = p * p + (1 - p) * (1 - p)
-        for shift in range(4):  # pairs (j, j + 1) with j % 4 == shift; shift 3 crosses calls
-            same = (keep[:, shift:n_k - 1:4] == keep[:, shift + 1::4]).double()
+        for shift in range(8):  # pairs (j, j + 1) with j % 8 == shift; shift 7 crosses calls
+            same = (keep[:, shift:n_k - 1:8] == keep[:, shift + 1::8]).double()
             sd = (agree * (1 - agree) / same.numel()) ** 0.5
             assert abs(same.mean().item() - agree) < 5 * sd, (p, shift, same.mean().item())
-        # and no pair of the four outputs repeats another
-        groups = keep.view(n_q, n_k // 4, 4)
-        for a in range(4):
-            for b in range(a + 1, 4):
+        # and no pair of the eight halves repeats another
+        groups = keep.view(n_q, n_k // 8, 8)
+        for a in range(8):
+            for b in range(a + 1, 8):
                 assert not torch.equal(groups[..., a], groups[..., b])
 
 

@@ -264,16 +264,25 @@ def test_last_dim_not_contiguous():
     assert_close_to_reference("out", out, low, ref)
 
 
-def test_deterministic_either_value():
-    """deterministic=False is accepted: the backward is deterministic whatever it says."""
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_deterministic_both_values_match_the_reference(deterministic):
+    """False accumulates dQ with atomics, True in its own kernel: both within the error rule, and
+    True is bitwise reproducible."""
     torch.manual_seed(24)
-    q, k, v = _draw(1, 33, 2, 40), _draw(1, 33, 2, 40), _draw(1, 33, 2, 40)
-    grads = []
-    for deterministic in (True, False, False):
+    q, k, v = _draw(2, 33, 4, 40), _draw(2, 47, 2, 40), _draw(2, 47, 2, 40)
+    d_out = torch.randn_like(q)
+    runs = []
+    for _ in range(2):
         out = flash_attn_func(q, k, v, causal=True, deterministic=deterministic)
-        grads.append(torch.autograd.grad(out.float().square().sum(), (q, k, v)))
-    for other in grads[1:]:
-        assert all(torch.equal(a, b) for a, b in zip(grads[0], other))
+        runs.append(torch.autograd.grad(out, (q, k, v), d_out))
+    ref, _ = _reference_bnhd(q, k, v, causal=True)
+    low, _ = _reference_bnhd(q, k, v, causal=True, upcast=False)
+    ref_grads = torch.autograd.grad(ref, (q, k, v), d_out.double())
+    low_grads = torch.autograd.grad(low, (q, k, v), d_out)
+    for name, ours, lo, hi in zip(("dq", "dk", "dv"), runs[0], low_grads, ref_grads):
+        assert_close_to_reference(name, ours, lo, hi)
+    if deterministic:
+        assert all(torch.equal(a, b) for a, b in zip(*runs))
 
 
 def test_torch_compile_fullgraph():
@@ -449,9 +458,70 @@ def test_old_positional_order_is_refused():
         flash_attn_func(*_dense_args(), 0.125, True)
 
 
-def test_block_table_is_refused():
-    with pytest.raises(NotImplementedError, match="block_table"):
-        flash_attn_varlen_func(*_varlen_args(), block_table=torch.zeros(2, 1, dtype=torch.int32))
+def _paginate(k, v, lengths, page_size, spare_pages=3):
+    """A paged cache holding packed k, v (total_k, Hkv, D): pages shuffled, spare pages of noise."""
+    pages_per_seq = [-(-n // page_size) for n in lengths]
+    num_blocks = sum(pages_per_seq) + spare_pages
+    order = torch.randperm(num_blocks).tolist()
+    k_cache = torch.randn(num_blocks, page_size, *k.shape[1:], device=k.device, dtype=k.dtype)
+    v_cache = torch.randn_like(k_cache)
+    table = torch.full((len(lengths), max(pages_per_seq) + 1), -7, dtype=torch.int32)  # unused slots: junk
+    start, next_page = 0, 0
+    for b, (n, pages) in enumerate(zip(lengths, pages_per_seq)):
+        for p in range(pages):
+            page = order[next_page]
+            next_page += 1
+            table[b, p] = page
+            rows = slice(start + p * page_size, start + min(n, (p + 1) * page_size))
+            k_cache[page, :rows.stop - rows.start] = k[rows]
+            v_cache[page, :rows.stop - rows.start] = v[rows]
+        start += n
+    return k_cache, v_cache, table.to(k.device)
+
+
+@pytest.mark.parametrize("page_size", [16, 5])
+def test_varlen_paged_kv_matches_the_packed_call(page_size):
+    """block_table: the same output and gradients (into the cache's pages) as the packed call."""
+    torch.manual_seed(page_size)
+    lengths_q, lengths_k = [3, 17, 1], [40, 17, 33]
+    q = torch.randn(sum(lengths_q), 4, 24, device=DEVICE, dtype=torch.float16)
+    k, v = (torch.randn(sum(lengths_k), 2, 24, device=DEVICE, dtype=torch.float16) for _ in range(2))
+    cu_q, cu_k = _offsets(lengths_q), _offsets(lengths_k)
+    k_cache, v_cache, table = _paginate(k, v, lengths_k, page_size)
+    k_cache.requires_grad_()
+    q.requires_grad_()
+    args = dict(causal=True, window_size=(20, 0), softcap=5.0)
+    paged = flash_attn_varlen_func(q, k_cache, v_cache, cu_q, cu_k, 17, 40, block_table=table, **args)
+    k.requires_grad_()
+    packed = flash_attn_varlen_func(q, k, v, cu_q, cu_k, 17, 40, **args)
+    assert torch.equal(paged, packed)
+    d_out = torch.randn_like(packed)
+    dq_paged, dk_cache = torch.autograd.grad(paged, (q, k_cache), d_out)
+    dq_packed, dk = torch.autograd.grad(packed, (q, k), d_out)
+    torch.testing.assert_close(dq_paged, dq_packed, rtol=2e-3, atol=2e-3)  # atomic dQ: the add order varies
+    slots = [(int(table[b, p // page_size]), p % page_size) for b, n in enumerate(lengths_k) for p in range(n)]
+    gathered = torch.stack([dk_cache[page, row] for page, row in slots])
+    assert torch.equal(gathered, dk)  # dK from the same kernel: the same bits, scattered to the pages
+    unused = torch.ones(k_cache.shape[:2], dtype=torch.bool)
+    for page, row in slots:
+        unused[page, row] = False
+    assert not dk_cache[unused.to(dk_cache.device)].any()  # nothing lands outside the sequences' slots
+
+
+@pytest.mark.parametrize("make_table,message", [
+    (lambda t: t.long(), "int32"),
+    (lambda t: t[:1], "rows for 3 sequences"),
+    (lambda t: t[:, :1], "pages"),
+    (lambda t: t.masked_fill(t >= 0, 10_000), "outside"),
+], ids=["dtype", "rows", "too-few-pages", "out-of-range"])
+def test_varlen_paged_kv_bad_block_table_is_refused(make_table, message):
+    lengths = [40, 17, 33]
+    k = torch.randn(sum(lengths), 2, 16, device=DEVICE, dtype=torch.float16)
+    k_cache, v_cache, table = _paginate(k, k, lengths, 16)
+    q = torch.randn(3, 2, 16, device=DEVICE, dtype=torch.float16)
+    cu_q, cu_k = _offsets([1, 1, 1]), _offsets(lengths)
+    with pytest.raises(ValueError, match=message):
+        flash_attn_varlen_func(q, k_cache, v_cache, cu_q, cu_k, 1, 40, block_table=make_table(table))
 
 
 def _t(*shape, dtype=torch.float16):
@@ -512,3 +582,57 @@ BAD_CALLS = [
 def test_bad_input_is_refused(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+# --------------------------------------------------------------------------------------------
+# Inference at short seqlen_q: the split-KV decoding kernels serve flash_attn_func.
+# --------------------------------------------------------------------------------------------
+
+SPLIT_CASES = [  # (b, h, h_kv, n_q, n_k, d), options
+    ((1, 4, 2, 1, 700, 40), dict()),
+    ((2, 4, 1, 3, 613, 64), dict(causal=True)),
+    ((1, 2, 2, 5, 1100, 72), dict(causal=True, window_size=(200, 0), softcap=8.0)),
+    ((1, 6, 2, 2, 900, 32), dict(window_size=(300, 40), alibi=True)),
+]
+
+
+@pytest.mark.parametrize("shape,options", SPLIT_CASES, ids=[str(i) for i in range(len(SPLIT_CASES))])
+def test_short_queries_without_grad_take_the_split_kv_kernels(shape, options, monkeypatch):
+    """Without a gradient to compute, a short query over long keys runs on the split-KV kernels
+    (counted here), within the error rule of the float64 reference, lse included; with a gradient
+    it stays on the FlashAttention-2 kernels and gives the same output within the rule."""
+    import kernels.flash_attn_interface as api
+
+    calls = []
+    decode = api.decode_forward
+    monkeypatch.setattr(api, "decode_forward", lambda *a, **kw: calls.append(a[-2]) or decode(*a, **kw))
+    torch.manual_seed(zlib.crc32(repr(shape).encode()))
+    b, h, h_kv, n_q, n_k, d = shape
+    q, k, v = (torch.randn(b, n, heads, d, device=DEVICE, dtype=torch.float16)
+               for n, heads in ((n_q, h), (n_k, h_kv), (n_k, h_kv)))
+    options = dict(options)
+    alibi = torch.rand(h, device=DEVICE, dtype=torch.float32) if options.pop("alibi", False) else None
+    out, lse, _ = flash_attn_func(q, k, v, alibi_slopes=alibi, return_attn_probs=True, **options)
+    assert len(calls) == 1 and calls[0] > 1, calls  # one launch, keys split
+    features = dict(window_size=options.get("window_size", (-1, -1)), softcap=options.get("softcap", 0.0),
+                    alibi_slopes=alibi)
+    causal = options.get("causal", False)
+    ref, ref_lse = attention_reference(*(t.transpose(1, 2) for t in (q, k, v)), causal=causal, **features)
+    low, low_lse = attention_reference(*(t.transpose(1, 2) for t in (q, k, v)), causal=causal, upcast=False,
+                                       **features)
+    assert_close_to_reference("out", out, low.transpose(1, 2), ref.transpose(1, 2))
+    assert_close_to_reference("lse", lse, low_lse, ref_lse)
+    with_grad = flash_attn_func(*(t.requires_grad_() for t in (q, k, v)), alibi_slopes=alibi, **options)
+    assert len(calls) == 1  # the backward needs the FlashAttention-2 forward's saved state
+    assert_close_to_reference("out with grad", with_grad.detach(), low.transpose(1, 2), ref.transpose(1, 2))
+
+
+def test_short_queries_over_short_keys_stay_on_the_flash_kernels(monkeypatch):
+    import kernels.flash_attn_interface as api
+
+    monkeypatch.setattr(api, "decode_forward", lambda *a, **kw: pytest.fail("split-KV used for a short key range"))
+    q, k, v = (torch.randn(1, n, 2, 32, device=DEVICE, dtype=torch.float16) for n in (1, 64, 64))
+    flash_attn_func(q, k, v)  # 64 keys: nothing to split
+    q = torch.randn(1, 80, 2, 32, device=DEVICE, dtype=torch.float16)  # 80 query rows per K/V head
+    k, v = (torch.randn(1, 2000, 2, 32, device=DEVICE, dtype=torch.float16) for _ in range(2))
+    flash_attn_func(q, k, v)

@@ -209,12 +209,15 @@ def test_varlen_launches_once_per_pass(monkeypatch):
     q, k, v = (_draw(sum(lengths), 2, 16) for _ in "qkv")
     out, _, s_dmask = flash_attn_varlen_func(q, k, v, cu, cu, 17, 17, 0.1, causal=True, return_attn_probs=True)
     assert launches == {"fwd": 1, "probs": 1}
-    out.float().sum().backward()
-    assert launches == {"fwd": 1, "probs": 1, "delta": 1, "dkdv": 1, "dq": 1}
+    out.float().sum().backward()  # dQ accumulated in the dK/dV kernel
+    assert launches == {"fwd": 1, "probs": 1, "delta": 1, "dkdv": 1}
+    out, *_ = flash_attn_varlen_func(q, k, v, cu, cu, 17, 17, 0.1, causal=True, deterministic=True)
+    out.float().sum().backward()  # dQ from its own kernel
+    assert launches == {"fwd": 2, "probs": 1, "delta": 2, "dkdv": 2, "dq": 1}
 
 
-@pytest.mark.parametrize("switch", [dict(algorithm="fa1"), dict(recompute=False), dict(seq_parallel=False),
-                                    dict(atomic_dq=True)], ids=lambda s: next(iter(s)))
+@pytest.mark.parametrize("switch", [dict(algorithm="fa1"), dict(recompute=False), dict(seq_parallel=False)],
+                         ids=lambda s: next(iter(s)))
 def test_varlen_refuses_the_switches_it_lacks(switch):
     lengths = [5, 9]
     cu = _offsets(lengths)
