@@ -206,14 +206,29 @@ def speedup(frames, hardware, *, experiment, baseline, candidate, modes, value="
     return summary
 
 
+def _within(frame: pd.DataFrame, head_dims=None, min_seqlen=None, seqlens=None) -> pd.DataFrame:
+    """Attention rows restricted to `head_dims`, to sequences of at least `min_seqlen` keys, or to `seqlens`."""
+    keep = pd.Series(True, index=frame.index)
+    if head_dims is not None:
+        keep &= frame["head_dim"].isin(list(head_dims))
+    if min_seqlen is not None:
+        keep &= frame["seqlen_k"] >= min_seqlen
+    if seqlens is not None:
+        keep &= frame["seqlen_k"].isin(list(seqlens))
+    return frame[keep]
+
+
 @metric
 def speedup_by_mode(frames, hardware, *, experiment, baseline, candidate, modes, dtype="fp16", arms=None,
-                    verdict_mode="fwd_bwd"):
+                    verdict_mode="fwd_bwd", head_dims=None, min_seqlen=None):
     """The speedup of candidate over baseline in each of `modes` separately, as <mode>_min, <mode>_median, ...;
     n is the verdict mode's. `arms` ({variant: description}) are set against the candidate one at a time:
-    how much faster the candidate is than each, per mode, in words (`arms`)."""
+    how much faster the candidate is than each, per mode, in words (`arms`). `head_dims` and `min_seqlen`
+    restrict the shapes compared."""
     settings = read_settings()
     frame = frames[experiment]
+    if head_dims is not None or min_seqlen is not None:
+        frame = _within(attention_rows(frame), head_dims, min_seqlen)
     values, left_out = {}, []
     for mode in modes:
         pairs, excluded = paired(_in(frame, dtype, mode), baseline, candidate)
@@ -241,6 +256,28 @@ def speedup_by_mode(frames, hardware, *, experiment, baseline, candidate, modes,
 
 
 MODE_WORDS = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward+backward"}
+
+
+@metric
+def host_time_ratio(frames, hardware, *, experiment, baseline, candidate, modes, seqlens, dtype="fp16"):
+    """Host time per call (the rows' host_ms: the host's own time from the call to its return, medians over
+    repetitions) of candidate over baseline at `seqlens`, per mode: <mode>_n, _min, _median, _max and
+    <mode>_worst_at. Host-bound cells are the point here, so none is left out."""
+    frame = _within(attention_rows(frames[experiment]), seqlens=seqlens)
+    values = {}
+    for mode in modes:
+        pairs, _ = paired(_in(frame, dtype, mode), baseline, candidate, value="host_ms")
+        pairs = pairs.assign(ratio=1.0 / pairs["ratio"])  # candidate host time over baseline's
+        summary = summarise_ratios(pairs)
+        values.update({f"{mode}_{key}": summary[key] for key in ("n", "min", "median", "max")})
+        worst = pairs.loc[pairs["ratio"].idxmax()] if not pairs.empty else None
+        values[f"{mode}_worst_at"] = ("none" if worst is None else
+                                      f"head dim {int(worst['head_dim'])}, {'causal' if worst['causal'] else 'full'}")
+    values["n"] = sum(values[f"{mode}_n"] for mode in modes)
+    if not values["n"]:
+        values["missing"] = (f"no {dtype} cell in {experiment}.csv at sequence lengths {list(seqlens)} with host "
+                             f"times of both {baseline} and {candidate}")
+    return values
 
 
 def _describe_shape(row) -> str:

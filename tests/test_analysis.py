@@ -330,3 +330,30 @@ def test_features_pair_each_feature_with_its_peer_on_the_same_shape(frames):
     frame.loc[flex, "host_bound"] = 1
     record = verdicts({**frames, "features": frame})["features_window"]
     assert record["values"]["window_vs_flex_n"] == 1 and "host-bound" in record["finding"]
+
+
+def test_host_time_claim_reads_host_ms_at_short_sequences(frames):
+    at_512 = lambda rows: rows["seqlen_k"] == 512
+    sdpa = select(frames["speed"], {"provider": "sdpa_flash"})
+    sdpa_host = sdpa[at_512(sdpa)].groupby(["head_dim", "causal", "mode"])["host_ms"].median()
+    for factor, expected in ((1.2, HOLDS), (3.0, DOES_NOT_HOLD)):
+        speed = frames["speed"].copy()
+        ours = select(speed, {"provider": "ours"})
+        ours = ours[at_512(ours)]
+        keys = list(zip(ours["head_dim"], ours["causal"], ours["mode"]))
+        speed.loc[ours.index, "host_ms"] = [factor * sdpa_host.get(key, float("nan")) for key in keys]
+        record = verdicts({**frames, "speed": speed})["short_sequence_host_time"]
+        assert record["verdict"] == expected, record["finding"]
+        assert f"forward {factor:.2f}-{factor:.2f}x" in record["finding"]
+
+
+def test_cudnn_claim_compares_only_2k_and_longer_at_head_dims_64_and_128(frames):
+    speed = frames["speed"]
+    shapes = speed[(speed["provider"] == "ours") & (speed["mode"] == "fwd") & (speed["dtype"] == "fp16")
+                   & speed["head_dim"].isin([64, 128]) & (speed["seqlen_k"] >= 2048)]
+    expected = len(shapes.drop_duplicates(["head_dim", "causal", "seqlen_k"]))
+    record = verdicts(frames)["hopper_vs_cudnn"]
+    assert f"{expected} shapes), forward+backward" in record["finding"]
+    # cuDNN twice as slow everywhere: holds
+    faster = scale(frames, "speed", {"provider": "sdpa_cudnn"}, 2.0)
+    assert verdicts(faster)["hopper_vs_cudnn"]["verdict"] == HOLDS
