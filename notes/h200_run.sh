@@ -6,6 +6,9 @@
 # .devstate/results.tgz when this machine is fresh, runs snakemake on the targets within the
 # command's time limit (the pipeline resumes where a step stopped), and leaves results, journals
 # and logs in $OUT/results.tgz for the next step.
+# Leave STEP_SECONDS a minute below the command's limit: snakemake takes that long to stop its jobs
+# at the timeout, and a command killed before the tar returns nothing (and leaves a lock: rm -rf
+# .snakemake/locks before the next step).
 set -uo pipefail
 commit=$1 step=$2; shift 2
 python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl || exit 1
