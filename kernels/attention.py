@@ -17,9 +17,9 @@ the same seed reaches both passes.
 
 Every switch of the ablations is a keyword argument here (see `flash_attention`); none of them
 changes the result beyond rounding. `deterministic` (flash-attn's keyword, default False as
-there) picks how the backward accumulates dQ: atomically inside the dK/dV kernel (the fast
-default, whose float32 sums may differ in the last bits from run to run) or in a separate
-kernel (bitwise reproducible).
+there) picks how the backward accumulates dQ: atomically inside the dK/dV kernel (the default,
+whose float32 sums may differ in the last bits from run to run) or in a separate kernel
+(bitwise reproducible, and measured faster on the H200: notes/perf.md, v4).
 `algorithm="fa1"` swaps both passes for FlashAttention-1's own kernels (`_fa1.py`: one program
 per (batch, head), key blocks outside, query blocks inside, O, l, m and dQ through HBM every
 step); the other switches are ablations of the FA2 kernels and must keep their defaults with it.
@@ -291,7 +291,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         deterministic: False (the default, as in flash-attn) accumulates dQ inside the dK/dV
             kernel with float32 atomic adds (the paper's scheme: 5 matmuls per tile pair instead
             of 7); the order of the adds varies, so dQ may differ in its last bits between
-            runs. True computes dQ in its own kernel: bitwise reproducible, and slower.
+            runs. True computes dQ in its own kernel: bitwise reproducible, and on the H200
+            measured as fast or faster (notes/perf.md, v4).
 
     Ablation switches (keyword-only; the defaults are FlashAttention-2):
         algorithm: "fa2" (the default) or "fa1": both passes run FlashAttention-1's kernels

@@ -27,7 +27,7 @@ Training features, in the kernels forward and backward, with flash-attn's semant
 - alibi_slopes: float32 (H,) or (B, H); adds -slope * |i + Nk - Nq - j| to the scores (varlen:
   sequence b uses row b of (B, H) slopes).
 - deterministic: as in flash-attn, False (the default) accumulates dQ with float32 atomic adds
-  inside the dK/dV kernel (fast; dQ may differ in its last bits from run to run), True gives a
+  inside the dK/dV kernel (dQ may differ in its last bits from run to run), True gives a
   bitwise-reproducible backward (dQ from its own kernel).
 - block_table (flash_attn_varlen_func): a paged K/V cache, gathered into a packed copy before
   the kernels run (see the function's docstring).
