@@ -270,9 +270,8 @@ def host_time_ratio(frames, hardware, *, experiment, baseline, candidate, modes,
         pairs = pairs.assign(ratio=1.0 / pairs["ratio"])  # candidate host time over baseline's
         summary = summarise_ratios(pairs)
         values.update({f"{mode}_{key}": summary[key] for key in ("n", "min", "median", "max")})
-        worst = pairs.loc[pairs["ratio"].idxmax()] if not pairs.empty else None
-        values[f"{mode}_worst_at"] = ("none" if worst is None else
-                                      f"head dim {int(worst['head_dim'])}, {'causal' if worst['causal'] else 'full'}")
+        values[f"{mode}_worst_at"] = ("none" if pairs.empty else f"head dim {int(summary['max_at_head_dim'])}, "
+                                      f"{'causal' if summary['max_at_causal'] else 'full'}")
     values["n"] = sum(values[f"{mode}_n"] for mode in modes)
     if not values["n"]:
         values["missing"] = (f"no {dtype} cell in {experiment}.csv at sequence lengths {list(seqlens)} with host "

@@ -148,10 +148,14 @@ def _split_kv_splits(q, k, v, dropout_p, softmax_scale) -> int:
     they do not serve it: they are forward-only, without dropout, and pay off only when few
     query rows leave the batch x heads grid short of the GPU's SMs (the choice is
     `choose_num_splits`'s, made from the shape and the SM count)."""
+    if (dropout_p > 0 or (softmax_scale is not None and softmax_scale < 0)
+            or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
+        return 0  # training calls end here, before any shape is read
+    # flash_attention checks its inputs itself; the split path needs them checked first
+    check_inputs(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
     batch, n_q, heads, head_dim = q.shape
     n_k, kv_heads = k.shape[1], k.shape[2]
-    if (dropout_p > 0 or n_q == 0 or n_k == 0 or (softmax_scale is not None and softmax_scale < 0)
-            or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
+    if n_q == 0 or n_k == 0:
         return 0
     rows = n_q * (heads // kv_heads)
     if rows > SPLIT_KV_MAX_ROWS:
@@ -169,7 +173,6 @@ def _dense(q, k, v, softmax_scale, causal, return_attn_probs, dropout_p, window_
     <= SPLIT_KV_MAX_ROWS) runs on the split-KV decoding kernels where they would split the keys;
     everything else on the FlashAttention-2 kernels."""
     features = _features(dropout_p, window_size, softcap, alibi_slopes, deterministic, k.shape[1])
-    check_inputs(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
     splits = _split_kv_splits(q, k, v, dropout_p, softmax_scale)
     if splits:
         batch, n_k = q.shape[0], k.shape[1]
@@ -192,7 +195,8 @@ def _dense(q, k, v, softmax_scale, causal, return_attn_probs, dropout_p, window_
 # --------------------------------------------------------------------------------------------
 
 def _sequence_bounds(name, cu_seqlens, total, tensor_name, max_name, max_seqlen):
-    """The (start, end) of each sequence, after checking the offsets against the tokens held."""
+    """The (start, end) of each sequence, after checking the offsets against the tokens held
+    (`total`; None for a paged cache, whose pages hold no count to check against)."""
     if not isinstance(cu_seqlens, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(cu_seqlens).__name__}")
     if cu_seqlens.dtype != torch.int32:
@@ -207,7 +211,7 @@ def _sequence_bounds(name, cu_seqlens, total, tensor_name, max_name, max_seqlen)
         raise ValueError(f"{name} must start at 0, got {offsets[0]}")
     if any(end < start for start, end in zip(offsets, offsets[1:])):
         raise ValueError(f"{name} must not decrease, got {offsets}")
-    if offsets[-1] != total:
+    if total is not None and offsets[-1] != total:
         raise ValueError(f"{name} ends at {offsets[-1]} but {tensor_name} holds {total} tokens")
     longest = max(end - start for start, end in zip(offsets, offsets[1:]))
     if longest > max_seqlen:
@@ -230,10 +234,7 @@ def _gather_pages(k_cache, v_cache, block_table, cu_seqlens_k, max_seqlen_k):
     if block_table.device != k_cache.device:
         raise ValueError(f"block_table must be on the device of k ({k_cache.device}), got {block_table.device}")
     num_blocks, page_size = k_cache.shape[:2]
-    if not isinstance(cu_seqlens_k, torch.Tensor) or cu_seqlens_k.numel() == 0:
-        raise ValueError("cu_seqlens_k must be a torch.Tensor of shape (batch_size + 1,)")
-    bounds = _sequence_bounds("cu_seqlens_k", cu_seqlens_k, int(cu_seqlens_k.reshape(-1)[-1]), "the paged cache",
-                              "max_seqlen_k", max_seqlen_k)
+    bounds = _sequence_bounds("cu_seqlens_k", cu_seqlens_k, None, "the paged cache", "max_seqlen_k", max_seqlen_k)
     lengths = [end - start for start, end in bounds]
     if block_table.shape[0] != len(lengths):
         raise ValueError(f"block_table has {block_table.shape[0]} rows for {len(lengths)} sequences")
@@ -372,8 +373,8 @@ def flash_attn_func(
         window_size: (left, right) sliding window, -1 unbounded (see the module docstring).
         softcap: > 0 caps the scores with softcap * tanh(scores / softcap); 0 is off.
         alibi_slopes: None, or float32 (H,) or (B, H) ALiBi slopes.
-        deterministic: False accumulates dQ with atomic adds (fast, last bits may vary between
-            runs); True makes the backward bitwise reproducible (dQ from its own kernel).
+        deterministic: False accumulates dQ with atomic adds (last bits may vary between runs);
+            True makes the backward bitwise reproducible (dQ from its own kernel).
         return_attn_probs: also return softmax_lse (B, H, Nq), float32, no gradient (+inf for
             rows that see no key), and S_dmask: with dropout the probabilities with dropped
             entries negated, (B, H, Nq, Nk); without, an empty tensor as flash-attn returns.

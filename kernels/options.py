@@ -46,8 +46,8 @@ class AttentionOptions:
     def encode(self) -> str:
         """`name=repr(value)` pairs joined by ';' (plain string formatting, which torch.compile traces)."""
         if torch.compiler.is_compiling():
-            return ";".join(f"{name}={getattr(self, name)!r}" for name in _FIELDS)
-        return _encode(self)  # eager: a training loop repeats a handful of options
+            return _format(self)
+        return _format_cached(self)  # eager: a training loop repeats a handful of options
 
     @classmethod
     def decode(cls, text: str) -> "AttentionOptions":
@@ -101,9 +101,11 @@ class AttentionOptions:
 _FIELDS = tuple(field.name for field in dataclasses.fields(AttentionOptions))
 
 
-@functools.lru_cache(maxsize=1024)
-def _encode(opts: AttentionOptions) -> str:
+def _format(opts: AttentionOptions) -> str:
     return ";".join(f"{name}={getattr(opts, name)!r}" for name in _FIELDS)
+
+
+_format_cached = functools.lru_cache(maxsize=1024)(_format)
 
 
 @functools.lru_cache(maxsize=1024)
