@@ -48,7 +48,7 @@ VARIANTS = {
     "fa1_both": ("FA2 with FA1's rescale and no sequence parallelism", _COLOURS[5]),
     "fa1_no_seqpar": ("FA2 without sequence parallelism", _COLOURS[9]),
     "fa1_rescale": ("FA2 rescaling every step", _COLOURS[0]),
-    "dq_kernel": ("FA2 with a separate dQ kernel", _COLOURS[1]),
+    "atomic_dq": ("FA2 with atomic dQ", _COLOURS[1]),
     "fa2": ("FlashAttention-2", _COLOURS[3]),
 }
 RECOMPUTE_ARMS = {"recompute": ("recompute (FlashAttention)", _COLOURS[3]),

@@ -240,7 +240,7 @@ FA1_ARMS = {
     "fa1_rescale": (0.85, ("fwd", "fwd_bwd")),
     "fa1_no_seqpar": (0.75, ("fwd", "fwd_bwd")),
     "fa1_both": (0.65, ("fwd", "fwd_bwd")),
-    "dq_kernel": (0.9, ("bwd", "fwd_bwd")),
+    "atomic_dq": (0.9, ("bwd", "fwd_bwd")),
 }
 
 

@@ -22,15 +22,15 @@ RECOMPUTE_VARIANTS = {"recompute": (("recompute", True),), "store_scores": (("re
 # `fa1` is the faithful FlashAttention-1 (kernels/_fa1.py: Algorithm 1's loop order and the
 # one-program-per-head backward), timed in every mode. The single FlashAttention-1-style changes
 # inside the FlashAttention-2 forward (eager rescale, no sequence parallelism) change the forward
-# only, so they run forward and forward+backward; the dq_kernel arm (deterministic=True: dQ from its
-# own kernel instead of atomic adds in the dK/dV kernel) changes the backward only.
+# only, so they run forward and forward+backward; the atomic-dQ arm (dQ by atomic adds in the dK/dV
+# kernel, the paper's scheme, instead of its own kernel) changes the backward only.
 FA1_VS_FA2_ARMS = {
     "fa2": ((), ("fwd", "bwd", "fwd_bwd")),
     "fa1": ((("algorithm", "fa1"),), ("fwd", "bwd", "fwd_bwd")),
     "fa1_rescale": ((("deferred_rescale", False),), ("fwd", "fwd_bwd")),
     "fa1_no_seqpar": ((("seq_parallel", False),), ("fwd", "fwd_bwd")),
     "fa1_both": ((("deferred_rescale", False), ("seq_parallel", False)), ("fwd", "fwd_bwd")),
-    "dq_kernel": ((("deterministic", True),), ("bwd", "fwd_bwd")),
+    "atomic_dq": ((("atomic_dq", True),), ("bwd", "fwd_bwd")),
 }
 
 

@@ -6,14 +6,15 @@ Launches, as in the FlashAttention-2 paper's Algorithm 2:
   2. `_attn_bwd_dkdv`: one program per (key block, batch x kv head). It keeps K, V and the
      dK, dV accumulators on chip and walks the query blocks of every query head that shares
      this K/V head (grouped-query attention sums their gradients here, in a fixed order),
-     recomputing P = exp(S - lse) from Q, K and the saved log-sum-exp. By default
-     (ATOMIC_DQ, `deterministic=False`) it also adds each tile's dQ contribution dS K into the
-     float32 accumulator with relaxed atomics (vectorised red.global.add.v4.f32 on sm_90, as
-     the paper's scheme), and a copy converts the accumulator to dQ's dtype: 5 N x N x D
-     matmuls per tile pair.
-  3. `_attn_bwd_dq` (`deterministic=True` only): one program per (query block, batch x head)
-     walking the key blocks, so every dQ element is written once by one program: bitwise
-     reproducible, at the price of recomputing Q K^T and dO V^T (7 matmuls per tile pair).
+     recomputing P = exp(S - lse) from Q, K and the saved log-sum-exp.
+  3. `_attn_bwd_dq`: one program per (query block, batch x head) walking the key blocks, so
+     every dQ element is written once by one program: bitwise reproducible, at the price of
+     recomputing Q K^T and dO V^T (7 N x N x D matmuls per tile pair against 5). Measured on
+     the H200 it is also faster than accumulating dQ atomically (notes/perf.md, v4).
+  ATOMIC_DQ (`atomic_dq=True`, an ablation): the dK/dV kernel also adds each tile's dQ
+     contribution dS K into a float32 accumulator with relaxed atomics (vectorised
+     red.global.add.v4.f32 on sm_90; the paper's scheme), the delta kernel zeroes it, a copy
+     converts it, and launch 3 is skipped; not deterministic.
 
 Training features, the forward's compile-time switches, with the helpers of `_features.py`:
   WINDOW   both kernels skip the tiles outside the window (the dK/dV kernel's query range and
@@ -438,7 +439,7 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
 
     Tiles come from `opts.bwd_tiles`; `opts.fit_bwd_tiles` steps down where a kernel does not
     fit the GPU (default configs). `not opts.recompute` reads the forward's `scores`;
-    `opts.deterministic` picks the separate dQ kernel over the atomic accumulation. A packed
+    `opts.atomic_dq` accumulates dQ atomically instead of in the dQ kernel. A packed
     batch (cu_seqlens_q, cu_seqlens_k) is laid out as `attention_forward` describes; one launch
     per kernel covers it.
     """
@@ -449,7 +450,7 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
     head_dim_pad = padded_head_dim(head_dim)
     softmax_scale = opts.softmax_scale
     qk_scale = softmax_scale * LOG2E
-    atomic_dq, tiles, fit_tiles = not opts.deterministic, TileConfig(*opts.bwd_tiles), opts.fit_bwd_tiles
+    atomic_dq, tiles, fit_tiles = opts.atomic_dq, TileConfig(*opts.bwd_tiles), opts.fit_bwd_tiles
     dq = torch.empty_like(q)
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)

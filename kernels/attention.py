@@ -16,10 +16,9 @@ optional tensors. The seed is drawn here, outside the ops, from torch's default 
 the same seed reaches both passes.
 
 Every switch of the ablations is a keyword argument here (see `flash_attention`); none of them
-changes the result beyond rounding. `deterministic` (flash-attn's keyword, default False as
-there) picks how the backward accumulates dQ: atomically inside the dK/dV kernel (the default,
-whose float32 sums may differ in the last bits from run to run) or in a separate kernel
-(bitwise reproducible, and measured faster on the H200: notes/perf.md, v4).
+changes the result beyond rounding, except that `atomic_dq=True` gives up bitwise determinism.
+`deterministic` is flash-attn's keyword: the backward is deterministic with either value (dQ
+has its own kernel, the faster path here), and deterministic=True refuses atomic_dq=True.
 `algorithm="fa1"` swaps both passes for FlashAttention-1's own kernels (`_fa1.py`: one program
 per (batch, head), key blocks outside, query blocks inside, O, l, m and dQ through HBM every
 step); the other switches are ablations of the FA2 kernels and must keep their defaults with it.
@@ -256,7 +255,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                     softmax_scale: float | None = None, return_lse: bool = False, *,
                     window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
                     alibi_slopes: torch.Tensor | None = None, dropout_p: float = 0.0, return_probs: bool = False,
-                    deterministic: bool = False, fwd_tiles: TileConfig | None = None, bwd_tiles: TileConfig | None = None,
+                    deterministic: bool = False, atomic_dq: bool = False, fwd_tiles: TileConfig | None = None, bwd_tiles: TileConfig | None = None,
                     recompute: bool = True, deferred_rescale: bool = True, seq_parallel: bool = True,
                     skip_masked_tiles: bool = True, algorithm: str = "fa2",
                     cu_seqlens_q: torch.Tensor | None = None, cu_seqlens_k: torch.Tensor | None = None,
@@ -288,11 +287,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         return_probs: also return (last) the probabilities the forward used, (B, H, Nq, Nk)
             float32, 0 where masked and negated where dropout dropped them (flash-attn's S_dmask
             convention: the kept mask is probs >= 0). A slow debug launch; for tests.
-        deterministic: False (the default, as in flash-attn) accumulates dQ inside the dK/dV
-            kernel with float32 atomic adds (the paper's scheme: 5 matmuls per tile pair instead
-            of 7); the order of the adds varies, so dQ may differ in its last bits between
-            runs. True computes dQ in its own kernel: bitwise reproducible, and on the H200
-            measured as fast or faster (notes/perf.md, v4).
+        deterministic: flash-attn's keyword. The backward is bitwise reproducible with either
+            value (dQ has its own kernel); True only refuses atomic_dq=True (ValueError).
 
     Ablation switches (keyword-only; the defaults are FlashAttention-2):
         algorithm: "fa2" (the default) or "fa1": both passes run FlashAttention-1's kernels
@@ -315,6 +311,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         seq_parallel: False runs one program per (batch, head) over all query blocks, as
             FlashAttention-1 does, instead of one per (query block, batch, head).
         skip_masked_tiles: False makes causal and windowed attention compute every tile and mask it.
+        atomic_dq: True accumulates dQ with float32 atomic adds inside the dK/dV kernel (the
+            paper's scheme: 5 matmuls per tile pair instead of 7; measured slower on the H200)
+            instead of the separate dQ kernel; dQ may then differ in its last bits between runs.
 
     Packed (variable-length) batch, keyword-only (flash_attn_varlen_func's kernels):
         cu_seqlens_q, cu_seqlens_k: int32 (B + 1,) token offsets on q's device; q is then
@@ -344,10 +343,14 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
             or not 0.0 <= dropout_p < 1.0):
         raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
     alibi = _check_alibi(alibi_slopes, q, batch)
+    if deterministic and atomic_dq:
+        raise ValueError("deterministic=True cannot be combined with atomic_dq=True (atomic adds give up bitwise "
+                         "determinism)")
     if algorithm == "fa1":
-        fa2_only = dict(recompute=True, deferred_rescale=True, seq_parallel=True, skip_masked_tiles=True)
+        fa2_only = dict(recompute=True, deferred_rescale=True, seq_parallel=True, skip_masked_tiles=True,
+                        atomic_dq=False)
         given = dict(recompute=recompute, deferred_rescale=deferred_rescale, seq_parallel=seq_parallel,
-                     skip_masked_tiles=skip_masked_tiles)
+                     skip_masked_tiles=skip_masked_tiles, atomic_dq=atomic_dq)
         conflicts = [f"{name}={given[name]!r}" for name, default in fa2_only.items() if bool(given[name]) != default]
         if conflicts:
             raise ValueError(f"algorithm='fa1' cannot be combined with {', '.join(conflicts)}: "
@@ -375,7 +378,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         bwd_tiles=_tile_list(bwd_tiles or choose_tiles(head_dim, "bwd")),
         fit_fwd_tiles=fwd_tiles is None, fit_bwd_tiles=bwd_tiles is None,
         recompute=bool(recompute), deferred_rescale=bool(deferred_rescale), seq_parallel=bool(seq_parallel),
-        skip_masked_tiles=bool(skip_masked_tiles), deterministic=bool(deterministic), algorithm=algorithm,
+        skip_masked_tiles=bool(skip_masked_tiles), atomic_dq=bool(atomic_dq), algorithm=algorithm,
         max_seqlen_q=int(max_seqlen_q) if varlen else 0, max_seqlen_k=int(max_seqlen_k) if varlen else 0)
     if varlen:
         check_varlen(opts, cu_seqlens_q, cu_seqlens_k)

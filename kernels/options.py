@@ -38,7 +38,7 @@ class AttentionOptions:
     deferred_rescale: bool = True
     seq_parallel: bool = True
     skip_masked_tiles: bool = True
-    deterministic: bool = False  # True: dQ from its own kernel (bitwise reproducible); False: atomics
+    atomic_dq: bool = False  # True: dQ by atomic adds in the dK/dV kernel (not deterministic); False: its own kernel
     algorithm: str = "fa2"
     max_seqlen_q: int = 0  # packed (varlen) batches only: the longest sequences, which size the grid
     max_seqlen_k: int = 0

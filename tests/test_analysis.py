@@ -159,7 +159,7 @@ def test_fa1_claim_reports_each_pass_and_each_single_change(frames):
     record = verdicts(frames)["speedup_vs_fa1"]
     for mode in ("forward", "backward", "forward+backward"):
         assert f"{mode} " in record["finding"]
-    for arm in ("fa1_rescale", "fa1_no_seqpar", "fa1_both", "dq_kernel"):
+    for arm in ("fa1_rescale", "fa1_no_seqpar", "fa1_both", "atomic_dq"):
         assert arm in record["note"]
 
 

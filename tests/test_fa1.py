@@ -155,7 +155,7 @@ def test_unknown_algorithm_is_refused(algorithm):
 
 
 @pytest.mark.parametrize("switch", [dict(recompute=False), dict(deferred_rescale=False), dict(seq_parallel=False),
-                                    dict(skip_masked_tiles=False)],
+                                    dict(skip_masked_tiles=False), dict(atomic_dq=True)],
                          ids=lambda s: next(iter(s)))
 def test_fa2_only_switches_are_refused_with_fa1(switch, fa1_launches):
     x = torch.randn(1, 1, 8, 16, device=DEVICE, dtype=torch.float16)

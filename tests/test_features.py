@@ -175,7 +175,7 @@ def test_window_bounds_at_every_tile_offset(n_q, n_k, left):
 
 
 SWITCHES = [dict(seq_parallel=False), dict(deferred_rescale=False), dict(skip_masked_tiles=False),
-            dict(deterministic=True)]
+            dict(atomic_dq=True)]
 
 
 @pytest.mark.parametrize("switches", SWITCHES, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))

@@ -129,7 +129,7 @@ SWITCHES = [
     dict(seq_parallel=False),
     dict(deferred_rescale=False, seq_parallel=False),
     dict(skip_masked_tiles=False),
-    dict(deterministic=True),
+    dict(atomic_dq=True),
     dict(fwd_tiles=TileConfig(32, 16, 4, 2), bwd_tiles=TileConfig(16, 32, 4, 2)),
     dict(fwd_tiles=TileConfig(16, 64, 2, 1), bwd_tiles=TileConfig(64, 16, 2, 1)),
 ]
@@ -224,12 +224,18 @@ def test_flash_attn_layout(poisoned_allocations):
 def test_deterministic_backward_is_bitwise_reproducible():
     torch.manual_seed(5)
     q, k, v = make_inputs(1, 4, 2, 150, 150, 64, torch.float16)
-    out = flash_attention(q, k, v, causal=True, deterministic=True)
+    out = flash_attention(q, k, v, causal=True)
     d_out = torch.randn_like(out)
     first = torch.autograd.grad(out, (q, k, v), d_out, retain_graph=True)
     second = torch.autograd.grad(out, (q, k, v), d_out)
     for a, b in zip(first, second):
         assert torch.equal(a, b)
+
+
+def test_deterministic_refuses_atomic_dq():
+    q, k, v = make_inputs(1, 1, 1, 16, 16, 16, torch.float16)
+    with pytest.raises(ValueError, match="deterministic=True cannot be combined with atomic_dq=True"):
+        flash_attention(q, k, v, deterministic=True, atomic_dq=True)
 
 
 def test_causal_skips_tiles_above_the_diagonal(poisoned_allocations):
@@ -372,8 +378,8 @@ def test_tensors_over_2_31_elements(layout, algorithm):
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="CUDA graphs need a GPU")
-@pytest.mark.parametrize("deterministic", [False, True])
-def test_cuda_graph_capture_and_replay(deterministic):
+@pytest.mark.parametrize("atomic_dq", [False, True])
+def test_cuda_graph_capture_and_replay(atomic_dq):
     """Forward and backward captured once in a CUDA graph and replayed on new inputs give what
     eager calls give (no host synchronisation or host-side state inside the op)."""
     torch.manual_seed(10)
@@ -381,7 +387,7 @@ def test_cuda_graph_capture_and_replay(deterministic):
     d_out = torch.randn(2, 4, 200, 64, device="cuda", dtype=torch.float16)
 
     def step():
-        out = flash_attention(*static, causal=True, deterministic=deterministic)
+        out = flash_attention(*static, causal=True, atomic_dq=atomic_dq)
         return (out, *torch.autograd.grad(out, static, d_out))
 
     side = torch.cuda.Stream()
@@ -399,10 +405,10 @@ def test_cuda_graph_capture_and_replay(deterministic):
             for dst, src in zip(static, fresh):
                 dst.copy_(src)
         graph.replay()
-        out = flash_attention(*fresh, causal=True, deterministic=deterministic)
+        out = flash_attention(*fresh, causal=True, atomic_dq=atomic_dq)
         expected = (out, *torch.autograd.grad(out, fresh, d_out))
         for name, got, want in zip(("out", "dq", "dk", "dv"), captured, expected):
-            exact = deterministic or name != "dq"  # atomic dQ: the order of the float32 adds varies
+            exact = not atomic_dq or name != "dq"  # atomic dQ: the order of the float32 adds varies
             torch.testing.assert_close(got, want, rtol=0 if exact else 2e-3, atol=0 if exact else 2e-3,
                                        msg=lambda m, name=name: f"{name}: {m}")
 
@@ -414,7 +420,7 @@ def test_torch_compile_reduce_overhead():
     torch.manual_seed(11)
 
     def loss_and_grads(q, k, v):
-        out = flash_attention(q, k, v, causal=True, deterministic=True)
+        out = flash_attention(q, k, v, causal=True)
         return torch.autograd.grad(out.float().square().sum(), (q, k, v))
 
     def fwd(q, k, v):

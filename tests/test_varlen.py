@@ -209,10 +209,12 @@ def test_varlen_launches_once_per_pass(monkeypatch):
     q, k, v = (_draw(sum(lengths), 2, 16) for _ in "qkv")
     out, _, s_dmask = flash_attn_varlen_func(q, k, v, cu, cu, 17, 17, 0.1, causal=True, return_attn_probs=True)
     assert launches == {"fwd": 1, "probs": 1}
-    out.float().sum().backward()  # dQ accumulated in the dK/dV kernel
-    assert launches == {"fwd": 1, "probs": 1, "delta": 1, "dkdv": 1}
-    out, *_ = flash_attn_varlen_func(q, k, v, cu, cu, 17, 17, 0.1, causal=True, deterministic=True)
-    out.float().sum().backward()  # dQ from its own kernel
+    out.float().sum().backward()
+    assert launches == {"fwd": 1, "probs": 1, "delta": 1, "dkdv": 1, "dq": 1}
+    packed = lambda t: t.unsqueeze(0).transpose(1, 2)
+    out = flash_attention(packed(q), packed(k), packed(v), causal=True, atomic_dq=True, cu_seqlens_q=cu,
+                          cu_seqlens_k=cu, max_seqlen_q=17, max_seqlen_k=17)
+    out.float().sum().backward()  # dQ accumulated in the dK/dV kernel: no dQ launch
     assert launches == {"fwd": 2, "probs": 1, "delta": 2, "dkdv": 2, "dq": 1}
 
 
