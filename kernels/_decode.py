@@ -33,11 +33,10 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels._features import _LOG2E, _tanh
 from kernels.tiles import padded_head_dim
 
-LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
-_LOG2E = tl.constexpr(LOG2E)  # for use inside @triton.jit code (globals must be constexpr there)
 _LN2 = tl.constexpr(LN2)
 
 # SM count assumed for the split choice when there is no GPU (the interpreter): small, so the
@@ -137,8 +136,7 @@ def _decode_fwd(Q, K, V, Out, Lse, OPart, LsePart,
         qk = tl.dot(q, tl.trans(k))
         if SOFTCAP:
             x = qk * (qk_scale / softcap)  # scale / c, natural units
-            # tanh(x) = 1 - 2 / (exp(2x) + 1): saturates cleanly at +-1 for large |x|
-            t = 1.0 - 2.0 / (tl.math.exp2(x * (2.0 * _LOG2E)) + 1.0)
+            t = _tanh(x)
             s = t * (softcap * _LOG2E)
         else:
             s = qk * (qk_scale * _LOG2E)
