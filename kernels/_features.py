@@ -79,10 +79,11 @@ def _scores(qk, i, j, qk_scale, softcap_scale, softcap_log2, slope_log2, N_Q, N_
 @triton.jit
 def _keep16(r, dropout_p):
     """Keep decisions of the low and high 16 bits of Philox outputs r: uniform 16-bit u is kept
-    iff u >= 65536 p (compared in float32, exact for these integers)."""
-    threshold = dropout_p * 65536.0
-    low = (r & 0xFFFF).to(tl.float32) >= threshold
-    high = (r >> 16).to(tl.float32) >= threshold
+    iff u >= 65536 p, i.e. iff u >= ceil(65536 p), compared as integers (an int-to-float
+    conversion per entry would cost as much as the softmax's exp2)."""
+    threshold = tl.math.ceil(dropout_p * 65536.0).to(tl.uint32)
+    low = (r & 0xFFFF) >= threshold
+    high = (r >> 16) >= threshold
     return low, high
 
 
