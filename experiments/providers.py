@@ -65,8 +65,11 @@ def tile_columns(cell) -> dict:
     if explicit:
         tiles = dict(zip(("block_m", "block_n", "num_warps", "num_stages"), explicit))
     else:
-        defaults = fa1_default_tiles if dict(cell.switches).get("algorithm") == "fa1" else default_tiles
-        tiles = dataclasses.asdict(defaults(cell.head_dim, pass_))
+        switches = dict(cell.switches)
+        if switches.get("algorithm") == "fa1":
+            tiles = dataclasses.asdict(fa1_default_tiles(cell.head_dim, pass_))
+        else:
+            tiles = dataclasses.asdict(default_tiles(cell.head_dim, pass_, dropout=switches.get("dropout_p", 0) > 0))
     return dict(tiles, recompute=int(dict(cell.switches).get("recompute", True)))
 
 

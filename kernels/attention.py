@@ -374,7 +374,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     opts = AttentionOptions(
         softmax_scale=float(softmax_scale), causal=bool(causal), window_left=window_left, window_right=window_right,
         softcap=float(softcap), dropout_p=float(dropout_p),
-        fwd_tiles=_tile_list(fwd_tiles or choose_tiles(head_dim, "fwd")),
+        fwd_tiles=_tile_list(fwd_tiles or (choose_tiles(head_dim, "fwd") if algorithm == "fa1"
+                                           else default_tiles(head_dim, "fwd", dropout=dropout_p > 0))),
         bwd_tiles=_tile_list(bwd_tiles or choose_tiles(head_dim, "bwd")),
         fit_fwd_tiles=fwd_tiles is None, fit_bwd_tiles=bwd_tiles is None,
         recompute=bool(recompute), deferred_rescale=bool(deferred_rescale), seq_parallel=bool(seq_parallel),

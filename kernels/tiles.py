@@ -49,23 +49,32 @@ def padded_head_dim(head_dim: int) -> int:
 
 
 # Chosen from a sweep on the H200 at seqlen 8k, fp16 (notes/perf.md, v1): the best config per
-# padded head dim over full and causal. Head dims 16 and 32 take the 64 entries; 256 is sized
-# to fit shared memory (a 128-wide tile at D=256 does not).
+# padded head dim over full and causal. Head dims 16 and 32 take the 64 entries. 256 is sized to
+# fit shared memory (a 128-wide tile at D=256 does not) and given 8 warps: with 4, its kernels
+# spill registers (the dK/dV kernel 1.7 KB per thread; `python3 tests/sm90_compile.py` prints the
+# registers and spills of each kernel compiled for sm_90, no GPU needed), with 8 none do.
 _DEFAULTS = {
     "fwd": {16: TileConfig(128, 64, 8, 3), 32: TileConfig(128, 64, 8, 3), 64: TileConfig(128, 64, 8, 3),
-            128: TileConfig(128, 128, 8, 3), 256: TileConfig(64, 32, 4, 2)},
+            128: TileConfig(128, 128, 8, 3), 256: TileConfig(64, 32, 8, 2)},
     "bwd": {16: TileConfig(64, 64, 4, 3), 32: TileConfig(64, 64, 4, 3), 64: TileConfig(64, 64, 4, 3),
-            128: TileConfig(64, 128, 8, 3), 256: TileConfig(16, 64, 4, 2)},
+            128: TileConfig(64, 128, 8, 3), 256: TileConfig(16, 64, 8, 2)},
 }
+# With dropout the forward keeps the Philox state beside the tile: at head dim 128 the 128 x 128
+# tile spills (288 bytes per thread), 128 x 64 does not (and runs as fast without dropout).
+_DROPOUT_FWD = {128: TileConfig(128, 64, 8, 3)}
 
 
-def default_tiles(head_dim: int, pass_: str) -> TileConfig:
-    """The engine's tile config for `pass_` ("fwd" or "bwd") at this (unpadded) head dim."""
+def default_tiles(head_dim: int, pass_: str, dropout: bool = False) -> TileConfig:
+    """The engine's tile config for `pass_` ("fwd" or "bwd") at this (unpadded) head dim, with or
+    without dropout."""
     if pass_ not in _DEFAULTS:
         raise ValueError(f"pass_ must be 'fwd' or 'bwd', got {pass_!r}")
     if not 1 <= head_dim <= MAX_HEAD_DIM:
         raise ValueError(f"head dim must be in [1, {MAX_HEAD_DIM}], got {head_dim}")
-    return _DEFAULTS[pass_][padded_head_dim(head_dim)]
+    padded = padded_head_dim(head_dim)
+    if dropout and pass_ == "fwd" and padded in _DROPOUT_FWD:
+        return _DROPOUT_FWD[padded]
+    return _DEFAULTS[pass_][padded]
 
 
 def smaller_configs(tiles: TileConfig) -> list[TileConfig]:

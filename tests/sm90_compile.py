@@ -1,0 +1,162 @@
+"""Compile the engine's Triton kernels for the H100/H200 (sm_90) on a machine without a GPU.
+
+The interpreter (TRITON_INTERPRET=1) runs the kernels' Python semantics but never compiles them, so
+code that only the compiler sees (inline PTX, layouts, shared-memory and register limits) would
+first fail on the GPU. This module runs our host code on CPU tensors with every kernel launch
+replaced by a recorder, then hands each recorded launch to Triton's compiler for the sm_90 target
+exactly as `JITFunction.run` would (same binder, specialisation and options), and reads the
+register and spill counts from ptxas.
+
+    PYTHONPATH=. python3 tests/sm90_compile.py        # prints a table for a few configurations
+
+It is used by tests/test_sm90_compile.py; the interpreter must be off (TRITON_INTERPRET unset).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import compile as triton_compile
+from triton.compiler import make_backend
+from triton.runtime.autotuner import Heuristics
+from triton.runtime.jit import JITFunction, create_function_from_signature
+
+SM90 = GPUTarget("cuda", 90, 32)
+
+
+@dataclass
+class Launch:
+    kernel: JITFunction  # under any heuristics, whose constexprs are in kwargs
+    args: tuple
+    kwargs: dict
+
+
+class _Recorder:
+    """Stands in for a JITFunction: `kernel[grid](*args, **kwargs)` records the launch."""
+
+    def __init__(self, kernel: JITFunction, launches: list[Launch]):
+        self.kernel, self.launches = kernel, launches
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            kernel = self.kernel
+            while isinstance(kernel, Heuristics):  # add the constexprs it computes, as its run would
+                for name, rule in kernel.values.items():
+                    kwargs[name] = rule({**dict(zip(kernel.arg_names, args)), **kwargs})
+                kernel = kernel.fn
+            self.launches.append(Launch(kernel, args, kwargs))
+        return launch
+
+
+@contextlib.contextmanager
+def recorded_launches():
+    """Within the block, our host code runs on CPU tensors and every kernel launch is recorded
+    (nothing runs; outputs stay uninitialised). Yields the list of `Launch`es."""
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        raise RuntimeError("sm90_compile needs the real compiler: unset TRITON_INTERPRET")
+    import kernels._backward
+    import kernels._decode
+    import kernels._forward
+    import kernels.attention
+
+    launches: list[Launch] = []
+    patched = []
+    for module in (kernels._forward, kernels._backward, kernels._decode):
+        for name, value in vars(module).items():
+            if name in KERNELS and isinstance(value, (JITFunction, Heuristics)):
+                patched.append((module, name, value))
+                setattr(module, name, _Recorder(value, launches))
+    saved = kernels.attention._interpreter_on
+    kernels.attention._interpreter_on = lambda: True  # let check_inputs take CPU tensors
+    try:
+        yield launches
+    finally:
+        kernels.attention._interpreter_on = saved
+        for module, name, value in patched:
+            setattr(module, name, value)
+
+
+# the kernels the host code launches (helpers, called only from kernels, stay in place)
+KERNELS = {"_attn_fwd", "_attn_probs", "_attn_bwd_delta", "_attn_bwd_dkdv", "_attn_bwd_dq", "_decode_fwd",
+           "_decode_combine"}
+
+
+@dataclass
+class Compiled:
+    name: str
+    num_warps: int
+    num_stages: int
+    registers: int
+    spill_bytes: int
+    shared_bytes: int
+    ptx: str
+
+
+def compile_sm90(launch: Launch) -> Compiled:
+    """Compile one recorded launch for sm_90 as JITFunction.run would, and read ptxas's report."""
+    kernel = launch.kernel
+    backend = make_backend(SM90)
+    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
+    kwargs = dict(launch.kwargs)
+    kwargs.setdefault("debug", False)
+    bound_args, specialization, options = binder(*launch.args, **kwargs)
+    options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound_args, specialization, options)
+    source = triton.compiler.ASTSource(kernel, signature, constexprs, attrs)
+    compiled = triton_compile(source, target=SM90, options=options.__dict__)
+    registers, spills = _ptxas_report(compiled.asm["ptx"], compiled.metadata.name)
+    return Compiled(kernel.__name__, options.num_warps, options.num_stages, registers, spills,
+                    compiled.metadata.shared, compiled.asm["ptx"])
+
+
+def _ptxas_report(ptx: str, name: str) -> tuple[int, int]:
+    """(registers per thread, spill store bytes) of `name` in `ptx`, from `ptxas -v` for sm_90a."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    ptxas = get_ptxas(90).path
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "kernel.ptx")
+        with open(path, "w") as f:
+            f.write(ptx)
+        result = subprocess.run([ptxas, "-v", "--gpu-name=sm_90a", path, "-o", os.path.join(tmp, "kernel.cubin")],
+                                capture_output=True, text=True, check=True)
+    log = result.stderr + result.stdout
+    registers = re.search(r"Used (\d+) registers", log)
+    spills = re.search(r"(\d+) bytes spill stores", log)
+    return int(registers.group(1)) if registers else -1, int(spills.group(1)) if spills else 0
+
+
+def launches_of(fn, *args, **kwargs) -> list[Launch]:
+    """The kernel launches `fn(*args, **kwargs)` makes (forward, and backward if it returns a tensor
+    that requires grad, through autograd)."""
+    with recorded_launches() as launches:
+        out = fn(*args, **kwargs)
+        if isinstance(out, torch.Tensor) and out.requires_grad:
+            torch.autograd.grad(out, [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad],
+                                torch.zeros_like(out))
+    return list(launches)
+
+
+def _demo():
+    from kernels import flash_attention
+
+    print(f"{'kernel':<24}{'head_dim':>9}{'causal':>7}{'feature':>10}{'warps':>6}{'stages':>7}{'regs':>6}"
+          f"{'spill B':>8}{'smem KiB':>9}")
+    for head_dim, causal, features in ((64, False, {}), (128, True, {}), (128, False, {"softcap": 30.0}),
+                                       (128, False, {"dropout_p": 0.1}), (256, False, {})):
+        q, k, v = (torch.randn(1, 2, 256, head_dim, dtype=torch.float16, requires_grad=True) for _ in range(3))
+        for launch in launches_of(flash_attention, q, k, v, causal=causal, **features):
+            c = compile_sm90(launch)
+            label = next(iter(features), "-")
+            print(f"{c.name:<24}{head_dim:>9}{int(causal):>7}{label:>10}{c.num_warps:>6}{c.num_stages:>7}"
+                  f"{c.registers:>6}{c.spill_bytes:>8}{c.shared_bytes / 1024:>9.0f}", flush=True)
+
+
+if __name__ == "__main__":
+    _demo()
