@@ -7,9 +7,9 @@ replaced by a recorder, then hands each recorded launch to Triton's compiler for
 exactly as `JITFunction.run` would (same binder, specialisation and options), and reads the
 register and spill counts from ptxas.
 
-    PYTHONPATH=. python3 tests/sm90_compile.py        # prints a table for a few configurations
+    PYTHONPATH=. python3 tests/sm90_compile.py        # every kernel, each head dim and feature
 
-It is used by tests/test_sm90_compile.py; the interpreter must be off (TRITON_INTERPRET unset).
+It is run by tests/test_sm90_compile.py (in a subprocess: the interpreter must be off there).
 """
 from __future__ import annotations
 
@@ -143,20 +143,59 @@ def launches_of(fn, *args, **kwargs) -> list[Launch]:
     return list(launches)
 
 
-def _demo():
+def check_cases():
+    """(label, launches) of the configurations every kernel must compile in: each head dim class,
+    each feature and their combination, causal and not, atomic dQ, the probabilities kernel and
+    the decoding kernels (split and combine)."""
     from kernels import flash_attention
+    from kernels._decode import decode_forward
 
-    print(f"{'kernel':<24}{'head_dim':>9}{'causal':>7}{'feature':>10}{'warps':>6}{'stages':>7}{'regs':>6}"
-          f"{'spill B':>8}{'smem KiB':>9}")
-    for head_dim, causal, features in ((64, False, {}), (128, True, {}), (128, False, {"softcap": 30.0}),
-                                       (128, False, {"dropout_p": 0.1}), (256, False, {})):
-        q, k, v = (torch.randn(1, 2, 256, head_dim, dtype=torch.float16, requires_grad=True) for _ in range(3))
-        for launch in launches_of(flash_attention, q, k, v, causal=causal, **features):
-            c = compile_sm90(launch)
-            label = next(iter(features), "-")
-            print(f"{c.name:<24}{head_dim:>9}{int(causal):>7}{label:>10}{c.num_warps:>6}{c.num_stages:>7}"
-                  f"{c.registers:>6}{c.spill_bytes:>8}{c.shared_bytes / 1024:>9.0f}", flush=True)
+    def qkv(head_dim, n=200):
+        return [torch.randn(1, 2, n, head_dim, dtype=torch.float16, requires_grad=True) for _ in range(3)]
+
+    cases = []
+    for head_dim in (40, 64, 128, 256):
+        everything = dict(window_size=(50, 0), softcap=10.0, alibi_slopes=torch.rand(2), dropout_p=0.1)
+        cases.append((f"d{head_dim} plain", launches_of(flash_attention, *qkv(head_dim))))
+        cases.append((f"d{head_dim} causal, every feature",
+                      launches_of(flash_attention, *qkv(head_dim), causal=True, **everything)))
+        cases.append((f"d{head_dim} causal, atomic dQ",
+                      launches_of(flash_attention, *qkv(head_dim), causal=True, atomic_dq=True)))
+    cases.append(("probabilities", launches_of(lambda *a, **k: flash_attention(*a, **k)[0], *qkv(64), dropout_p=0.1,
+                                               return_probs=True)))
+    q = torch.randn(2, 1, 8, 128, dtype=torch.float16)
+    cache = torch.randn(2, 4096, 1, 128, dtype=torch.float16)
+    with recorded_launches() as launches:
+        decode_forward(q, cache, cache, torch.tensor([4000, 100], dtype=torch.int32), None, None, None,
+                       torch.rand(2, 8), 0.1, True, (-1, -1), 5.0, 0, 4000)
+    cases.append(("decoding, softcap and ALiBi", list(launches)))
+    return cases
+
+
+def main(argv: list[str]) -> int:
+    """Compile every case's kernels for sm_90; print a table; exit 1 if any fails to compile.
+    `--max-spill KERNEL:HEAD_DIM:BYTES` (repeatable) also fails when a plain case spills more."""
+    limits = [arg.split(":") for arg in argv[argv.index("--max-spill") + 1:]] if "--max-spill" in argv else []
+    failed = 0
+    print(f"{'case':<32}{'kernel':<18}{'warps':>6}{'stages':>7}{'regs':>6}{'spill B':>8}{'smem KiB':>9}")
+    for label, launches in check_cases():
+        for launch in launches:
+            try:
+                c = compile_sm90(launch)
+            except Exception as error:  # report every failure, then fail
+                failed += 1
+                print(f"{label:<32}{launch.kernel.__name__:<18} FAILED: {type(error).__name__}: {error}")
+                continue
+            print(f"{label:<32}{c.name:<18}{c.num_warps:>6}{c.num_stages:>7}{c.registers:>6}{c.spill_bytes:>8}"
+                  f"{c.shared_bytes / 1024:>9.0f}", flush=True)
+            for kernel, head_dim, most in limits:
+                if label == f"d{head_dim} plain" and c.name == kernel and c.spill_bytes > int(most):
+                    failed += 1
+                    print(f"  {kernel} at head dim {head_dim} spills {c.spill_bytes} bytes, more than {most}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    _demo()
+    import sys
+
+    sys.exit(main(sys.argv[1:]))
