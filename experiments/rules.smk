@@ -12,10 +12,11 @@ import os
 import sys
 
 from experiments import archive, gpus, grid
-from experiments.schema import side_files
+from experiments.schema import STANDALONE_ABLATIONS, side_files
 from experiments.settings import ablation_settings
 
-ABLATIONS = list(grid.ABLATIONS)
+# The grid's ablations and those with runners of their own (jit): planned, archived and restored alike.
+ABLATIONS = list(grid.ABLATIONS) + list(STANDALONE_ABLATIONS)
 ARCHIVE = f"results/archive/{config['archive_gpu']}"
 MODE = config["mode"] if config["mode"] != "auto" else ("measure" if gpus.visible_devices() else "archive")
 if MODE == "measure":

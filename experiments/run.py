@@ -1,7 +1,7 @@
 """Runs one ablation into its CSV: python -m experiments.run <ablation> --output results/<ablation>.csv
 
 (and training's loss-agreement run: python -m experiments.run training --loss-agreement --output
-results/training_loss.csv)
+results/training_loss.csv; the jit ablation, outside the cell grid, goes to its own runner, experiments/jit.py)
 
 The settings come as JSON from the Snakemake rule (--settings), or from experiments/config.yaml when
 run by hand. The process started here pins itself to a free GPU (experiments/gpus.py) and supervises
@@ -23,6 +23,7 @@ import sys
 import time
 
 from experiments import grid, gpus, provenance, results
+from experiments.schema import STANDALONE_ABLATIONS
 
 RESTART = 75  # worker's exit code after a cell left the CUDA context unusable
 
@@ -218,7 +219,7 @@ def loss_agreement(settings: dict, output: str) -> None:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("ablation", choices=list(grid.ABLATIONS))
+    parser.add_argument("ablation", choices=list(grid.ABLATIONS) + list(STANDALONE_ABLATIONS))
     parser.add_argument("--output", required=True, help="the CSV to write, e.g. results/speed.csv")
     parser.add_argument("--settings", help="the ablation's settings as JSON (default: experiments/config.yaml)")
     parser.add_argument("--loss-agreement", action="store_true",
@@ -236,6 +237,10 @@ def main(argv=None) -> None:
         if args.ablation != "training":
             parser.error("--loss-agreement belongs to the training ablation")
         loss_agreement(settings, args.output)
+    elif args.ablation == "jit":
+        from experiments import jit
+
+        jit.run(settings, args.output)
     elif args.worker:
         work(args.ablation, settings, args.worker, args.device)
     else:

@@ -16,6 +16,12 @@ import dataclasses
 # Every ablation, in the order the README describes them; each writes results/<name>.csv.
 ABLATIONS = ("speed", "tiles", "causal", "seqlen", "recompute", "fa1_vs_fa2", "accuracy", "ceiling", "training",
              "features", "decode")
+# Ablations outside the cell grid: each has a runner of its own (experiments/<name>.py, called by
+# experiments/run.py) and writes results/<name>.csv in columns of its own (FILE_COLUMNS below), which the
+# analysis reads like a side file. The workflow plans, archives and restores them like the ablations above;
+# they are not among ABLATIONS, whose rows are Row's (the analysis, `compare` and the grid read those).
+# jit: the first-call (JIT compile) cost of the engine's kernels, with an empty and a filled Triton cache.
+STANDALONE_ABLATIONS = ("jit",)
 # Those that also run without a GPU (Triton's interpreter); the rest need a CUDA GPU or the archive.
 INTERPRETER_ABLATIONS = ("accuracy",)
 # Those whose rows are timings (repeated, with telemetry); accuracy's rows are errors.
@@ -123,7 +129,15 @@ CELL_KEYS = ["experiment", "provider", "variant", "mode"] + SHAPE_COLUMNS
 # training's loss-agreement run, one loss per provider, seed and step (results/README.md).
 SIDE_FILES = {"training": ("training_loss",)}
 LOSS_COLUMNS = ["provider", "seed", "step", "loss"] + PROVENANCE_COLUMNS
-FILE_COLUMNS = {"training_loss": LOSS_COLUMNS}  # a file's columns by its name; COLUMNS for the rest
+# jit (experiments/jit.py): one row per fresh process, `cache` "empty" (it compiled every kernel) or "filled"
+# (it loaded what the "empty" process before it compiled into the same TRITON_CACHE_DIR); wall-clock seconds
+# of its first forward, first backward and second forward+backward; `concurrent`: how many such process
+# pairs ran at once (each with its own cache directory).
+JIT_CACHES = ("empty", "filled")
+JIT_TIMES = ["first_fwd_s", "first_bwd_s", "second_fwd_bwd_s"]
+JIT_COLUMNS = (["dtype", "batch", "heads", "seqlen", "head_dim", "causal", "cache", "repetition", "concurrent"]
+               + JIT_TIMES + ["status", "note"] + PROVENANCE_COLUMNS)
+FILE_COLUMNS = {"training_loss": LOSS_COLUMNS, "jit": JIT_COLUMNS}  # a file's columns by its name; COLUMNS for the rest
 
 
 def side_files(ablations) -> list[str]:
