@@ -14,8 +14,8 @@ now filled, cache directory times its first calls again: those load the compiled
 time is wall-clock seconds around the call, ended by a device synchronisation. Every (empty, filled) pair
 runs `repetitions` times, each with a cache directory of its own; up to `concurrent` pairs (the head dims
 and masks of one repetition) run at once, and each row records how many did (compilation is mostly
-single-threaded on the host's CPU; the GPU work of these small calls takes milliseconds). One row per process (experiments/schema.py, JIT_COLUMNS), with the provenance columns of
-every results file.
+single-threaded on the host's CPU; the GPU work of these small calls takes milliseconds). One row per
+process (experiments/schema.py, JIT_COLUMNS), with the provenance columns of every results file.
 """
 import argparse
 import concurrent.futures
@@ -65,13 +65,11 @@ def build_row(settings: dict, head_dim: int, causal: bool, cache: str, repetitio
     """One results row (JIT_COLUMNS) of one measuring process; times None for a process that failed."""
     if cache not in JIT_CACHES:
         raise ValueError(f"cache must be one of {JIT_CACHES}, got {cache!r}")
-    row = dict(dtype=settings["dtype"], batch=settings["batch"], heads=settings["heads"], seqlen=settings["seqlen"],
-               head_dim=head_dim, causal=int(causal), cache=cache, repetition=repetition, concurrent=concurrent,
-               **{name: (times or {}).get(name, "") for name in JIT_TIMES}, status=status, note=note,
-               **{key: origin.get(key, "") for key in ("gpu", "driver", "cuda", "torch", "triton", "commit", "host_kind")},
-               timestamp=timestamp, source="measured")
-    assert list(row) == JIT_COLUMNS, "build_row and experiments/schema.py's JIT_COLUMNS name the same columns"
-    return row
+    values = dict(origin, dtype=settings["dtype"], batch=settings["batch"], heads=settings["heads"],
+                  seqlen=settings["seqlen"], head_dim=head_dim, causal=int(causal), cache=cache, repetition=repetition,
+                  concurrent=concurrent, **{name: (times or {}).get(name, "") for name in JIT_TIMES}, status=status,
+                  note=note, timestamp=timestamp, source="measured")
+    return {column: values.get(column, "") for column in JIT_COLUMNS}
 
 
 def child(head_dim: int, causal: bool, dtype: str, batch: int, heads: int, seqlen: int) -> None:
@@ -141,8 +139,9 @@ def measure(settings: dict, environment: dict, log=print) -> list[dict]:
                     what = (f"first fwd {times['first_fwd_s']:.2f} s, first bwd {times['first_bwd_s']:.2f} s, "
                             f"second fwd+bwd {times['second_fwd_bwd_s'] * 1e3:.1f} ms" if status == "ok"
                             else f"{status}: {note}")
+                    left = elapsed / finished[0] * (total - finished[0])
                     log(f"[jit {finished[0]}/{total}] rep {repetition} d{head_dim} {'causal' if causal else 'full'} "
-                        f"{cache} cache: {what} | {elapsed:.0f} s, ~{elapsed / finished[0] * (total - finished[0]):.0f} s left")
+                        f"{cache} cache: {what} | {elapsed:.0f} s, ~{left:.0f} s left")
 
     log(f"jit: {len(todo)} head dim and mask pairs x {len(JIT_CACHES)} processes x {settings['repetitions']} "
         f"repetitions, {at_once} pairs at once, {settings['dtype']} shape ({settings['batch']}, {settings['heads']}, "
@@ -163,7 +162,8 @@ def run(settings: dict, output: str) -> None:
         sys.exit("jit needs a CUDA GPU and this host shows none; "
                  "run `snakemake --cores 1 --config mode=archive` to take it from results/archive/ instead")
     print(f"jit: CUDA device {device}", flush=True)
-    environment = {key: value for key, value in os.environ.items() if key not in ("TRITON_INTERPRET", "TRITON_CACHE_DIR")}
+    environment = {key: value for key, value in os.environ.items()
+                   if key not in ("TRITON_INTERPRET", "TRITON_CACHE_DIR")}
     found = measure(settings, environment, log=lambda line: print(line, flush=True))
     origin, stamp = provenance.collect(), provenance.timestamp()
     rows = [build_row(settings, item["head_dim"], item["causal"], item["cache"], item["repetition"],
