@@ -21,7 +21,7 @@ from analysis.cells import aggregate, exclusion_counts, interleaved_ceiling, rea
 from analysis.claims import paired_ratio, to_json
 from analysis.figures import MODE_TITLES, PROVIDERS, VARIANTS
 from analysis.load import (EXPERIMENTS, PROVENANCE_COLUMNS, TIMED_ABLATIONS, attention_rows, measured,
-                           not_measured, read_loss, read_results)
+                           not_measured, read_jit, read_loss, read_results)
 from analysis.decode import facts as decode_facts
 from analysis.peaks import datasheet_entry, main_gpu, paper_gpu_entry, read_hardware
 
@@ -353,19 +353,75 @@ def features(frames: dict[str, pd.DataFrame]) -> dict:
             "lengths": notes[0] if notes else ""}
 
 
+def _spread(values: pd.Series, scale: float = 1.0, digits: int = 2) -> str:
+    """A median with its min-max in brackets ("1.70 (1.65-1.75)"); the median alone when they print alike."""
+    values = values.dropna() * scale
+    if values.empty:
+        return "-"
+    text = [f"{value:.{digits}f}" for value in (values.median(), values.min(), values.max())]
+    return text[0] if text[1] == text[2] else f"{text[0]} ({text[1]}-{text[2]})"
+
+
+def _between(values, fmt: str) -> str:
+    low, high = fmt.format(min(values)), fmt.format(max(values))
+    return low if low == high else f"{low}-{high}"
+
+
+def jit(frame: pd.DataFrame | None) -> dict:
+    """The jit ablation (results/jit.csv, experiments/jit.py) as a table, one line per head dim and mask: the first
+    forward's and first backward's seconds in a fresh process with an empty and with a filled Triton cache, and the
+    second forward+backward's milliseconds, each a median over repetitions with their min-max; and the figures
+    that the report's sentence quotes. measured=False when the run holds no jit.csv."""
+    if frame is None or frame.empty:
+        return {"measured": False, "rows": []}
+    ok = frame[frame["status"] == "ok"]
+    found = {"measured": True, "rows": [], "failed": int((frame["status"] != "ok").sum()),
+             "processes": len(frame), "gpu": _values(frame["gpu"]), "source": _values(frame["source"]),
+             "dtype": _values(frame["dtype"]), "batch": _values(frame["batch"]), "heads": _values(frame["heads"]),
+             "seqlen": _values(frame["seqlen"]), "concurrent": _values(frame["concurrent"]),
+             "repetitions": int(frame["repetition"].max()) + 1 if frame["repetition"].notna().any() else 0,
+             "empty_total": None, "filled_total": None, "saved": None, "second_ms": None}
+    totals = []  # per head dim and mask with both caches measured: (empty, filled) medians of first fwd + bwd
+    second = []
+    for (head_dim, causal), group in ok.groupby(["head_dim", "causal"], sort=True):
+        by_cache = {cache: group[group["cache"] == cache] for cache in ("empty", "filled")}
+        line = {"head_dim": int(head_dim), "mask": "causal" if causal else "full",
+                "second_ms": _spread(group["second_fwd_bwd_s"], 1e3, 1)}
+        for cache, rows in by_cache.items():
+            line[f"{cache}_fwd"] = _spread(rows["first_fwd_s"])
+            line[f"{cache}_bwd"] = _spread(rows["first_bwd_s"])
+        if all(len(rows) for rows in by_cache.values()):
+            totals.append(tuple(float((by_cache[cache]["first_fwd_s"] + by_cache[cache]["first_bwd_s"]).median())
+                                for cache in ("empty", "filled")))
+        if len(group):
+            second.append(float(group["second_fwd_bwd_s"].median()) * 1e3)
+        found["rows"].append(line)
+    if totals:
+        found["empty_total"] = _between([empty for empty, _ in totals], "{:.1f}")
+        found["filled_total"] = _between([filled for _, filled in totals], "{:.1f}")
+        found["saved"] = _between([100 * (1 - filled / empty) for empty, filled in totals], "{:.0f}")
+    if second:
+        found["second_ms"] = _between(second, "{:.1f}")
+    return found
+
+
 def figures(figures_dir: str | Path) -> dict:
     return {name: {"caption": caption(name), "files": {fmt: path.name for fmt, path in figure_paths(name, figures_dir).items()}}
             for name in FIGURES}
 
 
-def collect(frames: dict[str, pd.DataFrame], hardware: dict, figures_dir: str | Path) -> dict:
+def collect(frames: dict[str, pd.DataFrame], hardware: dict, figures_dir: str | Path,
+            jit_rows: pd.DataFrame | None = None) -> dict:
+    """Everything the report reads besides the verdicts; jit_rows: results/jit.csv (load.read_jit), None without it."""
     setup_facts, method_facts = setup(frames, hardware), method(frames)
+    jit_facts = jit(jit_rows)
     return {"setup": setup_facts, "method": method_facts, "method_text": method_text(setup_facts, method_facts),
             "threats": threats_text(frames, setup_facts, method_facts), "provenance": provenance(frames),
             "speed_table": speed_table(frames),
             "best_tiles": best_tiles(frames), "fa1_steps": fa1_steps(frames), "failures": failures(frames),
-            "training": training(frames, hardware), "features": features(frames), "not_measured": not_measured(frames),
-            "decode": decode_facts(frames),
+            "training": training(frames, hardware), "features": features(frames),
+            "not_measured": not_measured(frames) + ([] if jit_facts["measured"] else ["jit"]),
+            "decode": decode_facts(frames), "jit": jit_facts,
             "figures": figures(figures_dir)}
 
 
@@ -390,7 +446,7 @@ def loss_agreement(loss: pd.DataFrame) -> dict | None:
 
 
 def main(results_dir: str, figures_dir: str, out_json: str) -> None:
-    facts = collect(read_results(results_dir), read_hardware(), figures_dir)
+    facts = collect(read_results(results_dir), read_hardware(), figures_dir, read_jit(results_dir))
     facts["training"]["loss"] = loss_agreement(read_loss(results_dir)) if facts["training"]["measured"] else None
     Path(out_json).parent.mkdir(parents=True, exist_ok=True)
     Path(out_json).write_text(json.dumps(facts, indent=2, default=to_json) + "\n")

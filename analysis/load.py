@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.schema import (ABLATIONS, CEILING_PROVIDERS, CELL_KEYS, COLUMNS, ERROR_COLUMNS, FLOAT_COLUMNS,
-                                INTEGER_COLUMNS, LOSS_COLUMNS, MEMORY_COLUMNS, MODES, PROVENANCE_COLUMNS,
+                                INTEGER_COLUMNS, JIT_CACHES, JIT_COLUMNS, JIT_TIMES, LOSS_COLUMNS, MEMORY_COLUMNS, MODES, PROVENANCE_COLUMNS,
                                 SHAPE_COLUMNS, STATUSES, TELEMETRY_COLUMNS, TILE_COLUMNS, TIMED_ABLATIONS,
                                 TIMING_COLUMNS)
 from experiments.schema import LATER_COLUMNS  # decode's columns, absent from older files
@@ -103,6 +103,31 @@ def read_loss(results_dir: str | Path) -> pd.DataFrame:
     for column in ("seed", "step"):
         frame[column] = _to_number(frame[column], path, column).astype("Int64")
     frame["loss"] = _to_number(frame["loss"], path, "loss").astype(float)
+    return frame
+
+
+def read_jit(results_dir: str | Path) -> pd.DataFrame:
+    """The jit ablation's rows (results/jit.csv: one per measuring process, experiments/jit.py), checked like a
+    results file; empty when the run has none (not measured, or not in the archive)."""
+    path = results_path(results_dir, "jit")
+    if not path.exists():
+        return pd.DataFrame(columns=JIT_COLUMNS)
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    if list(frame.columns) != JIT_COLUMNS:
+        raise SchemaError(f"{path}: columns {list(frame.columns)}, expected {JIT_COLUMNS} (experiments/schema.py)")
+    for column in ("batch", "heads", "seqlen", "head_dim", "causal", "repetition", "concurrent"):
+        frame[column] = _to_number(frame[column], path, column).astype("Int64")
+    for column in JIT_TIMES:
+        frame[column] = _to_number(frame[column], path, column).astype(float)
+    bad_cache = sorted(set(frame["cache"]) - set(JIT_CACHES))
+    if bad_cache:
+        raise SchemaError(f"{path}: column cache has values {bad_cache}, expected one of {list(JIT_CACHES)}")
+    bad_status = sorted(set(frame["status"]) - set(STATUSES))
+    if bad_status:
+        raise SchemaError(f"{path}: column status has values {bad_status}, expected one of {sorted(STATUSES)}")
+    ok = frame[frame["status"] == "ok"]
+    if ok[JIT_TIMES].isna().any().any():
+        raise SchemaError(f"{path}: {int(ok[JIT_TIMES].isna().any(axis=1).sum())} ok rows without their times")
     return frame
 
 

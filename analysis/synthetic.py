@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.load import COLUMNS, LOSS_COLUMNS, results_path
+from analysis.load import COLUMNS, JIT_COLUMNS, LOSS_COLUMNS, results_path
 from experiments.flops import attention_flops
 
 GIB = 2**30
@@ -401,6 +401,30 @@ def decode_rows() -> list[dict]:
     return rows
 
 
+# jit: seconds of a fresh process's first forward and first backward with an empty Triton cache (compiling) and with
+# a filled one (loading), by head dim; causal adds a little; the second forward+backward in milliseconds
+JIT_FIRST = {("empty", 64): (1.7, 3.9), ("empty", 128): (2.3, 4.6), ("filled", 64): (0.48, 1.9),
+             ("filled", 128): (0.5, 2.4)}
+JIT_SECOND_MS = 2.1
+JIT_REPETITIONS = 2
+
+
+def jit_rows() -> list[dict]:
+    """The jit ablation (experiments/jit.py): an empty-cache and a filled-cache process per head dim, mask and
+    repetition, in its own columns (JIT_COLUMNS)."""
+    rows = []
+    for repetition, head_dim, causal, cache in itertools.product(range(JIT_REPETITIONS), (64, 128), (0, 1),
+                                                                 ("empty", "filled")):
+        fwd, bwd = JIT_FIRST[(cache, head_dim)]
+        scale = (1.05 if causal else 1.0) * _jitter("jit", head_dim, causal, cache, repetition)
+        rows.append({**{key: PROVENANCE[key] for key in JIT_COLUMNS if key in PROVENANCE},
+                     "dtype": "fp16", "batch": 1, "heads": 4, "seqlen": 1024, "head_dim": head_dim, "causal": causal,
+                     "cache": cache, "repetition": repetition, "concurrent": 4, "first_fwd_s": fwd * scale,
+                     "first_bwd_s": bwd * scale, "second_fwd_bwd_s": JIT_SECOND_MS * 1e-3 * scale, "status": "ok",
+                     "note": ""})
+    return rows
+
+
 ROWS = {"speed": speed_rows, "tiles": tiles_rows, "causal": causal_rows, "seqlen": seqlen_rows,
         "recompute": recompute_rows, "fa1_vs_fa2": fa1_vs_fa2_rows, "accuracy": accuracy_rows,
         "ceiling": ceiling_rows, "training": training_rows, "features": features_rows,
@@ -415,6 +439,7 @@ def write_results(results_dir: str | Path) -> Path:
         pd.DataFrame(make_rows(), columns=COLUMNS).to_csv(results_path(results_dir, experiment), index=False)
     pd.DataFrame(training_loss_rows(), columns=LOSS_COLUMNS).to_csv(results_path(results_dir, "training_loss"),
                                                                    index=False)
+    pd.DataFrame(jit_rows(), columns=JIT_COLUMNS).to_csv(results_path(results_dir, "jit"), index=False)
     return results_dir
 
 
