@@ -275,11 +275,12 @@ def test_training_not_in_the_archive_is_no_data_saying_so(frames, tmp_path):
     save(draw("training", without, read_hardware()), "training", tmp_path)  # a figure that says so
 
 
-def test_facts_say_training_was_not_measured_when_the_archive_lacks_it(frames, tmp_path):
+def test_facts_say_training_was_not_measured_when_the_archive_lacks_it(results_dir, frames, tmp_path):
     from analysis import facts
+    from analysis.load import read_jit
 
     without = {name: frame for name, frame in frames.items() if name != "training"}
-    found = facts.collect(without, read_hardware(), tmp_path)
+    found = facts.collect(without, read_hardware(), tmp_path, read_jit(results_dir))
     assert found["not_measured"] == ["training"] and not found["training"]["measured"]
     assert facts.collect(frames, read_hardware(), tmp_path)["training"]["rows"]
 
@@ -357,3 +358,50 @@ def test_cudnn_claim_compares_only_2k_and_longer_at_head_dims_64_and_128(frames)
     # cuDNN twice as slow everywhere: holds
     faster = scale(frames, "speed", {"provider": "sdpa_cudnn"}, 2.0)
     assert verdicts(faster)["hopper_vs_cudnn"]["verdict"] == HOLDS
+
+
+def test_jit_table_has_each_head_dim_and_mask_with_both_caches(results_dir, frames, tmp_path):
+    from analysis import facts
+    from analysis.load import read_jit
+
+    rows = read_jit(results_dir)
+    assert len(rows) == synthetic.JIT_REPETITIONS * 2 * 2 * 2 and set(rows["cache"]) == {"empty", "filled"}
+    found = facts.collect(frames, read_hardware(), tmp_path, rows)["jit"]
+    assert found["measured"] and found["repetitions"] == synthetic.JIT_REPETITIONS and found["concurrent"] == "4"
+    assert [(line["head_dim"], line["mask"]) for line in found["rows"]] == [
+        (64, "full"), (64, "causal"), (128, "full"), (128, "causal")]
+    first = found["rows"][0]  # d64 full: the medians of the synthetic rows, min-max in brackets
+    empty = rows[(rows["head_dim"] == 64) & (rows["causal"] == 0) & (rows["cache"] == "empty")]["first_fwd_s"]
+    assert first["empty_fwd"] == f"{empty.median():.2f} ({empty.min():.2f}-{empty.max():.2f})"
+    assert float(first["filled_bwd"].split()[0]) < float(first["empty_bwd"].split()[0])
+    low, high = (float(value) for value in found["saved"].split("-"))
+    assert 0 < low <= high < 100  # a filled cache saves part of the first calls' time, not all of it
+    assert found["second_ms"] and "jit" not in facts.collect(frames, read_hardware(), tmp_path, rows)["not_measured"]
+
+
+def test_jit_not_in_the_archive_is_said_and_failed_processes_are_counted(results_dir, frames, tmp_path):
+    from analysis import facts
+    from analysis.load import read_jit
+
+    found = facts.collect(frames, read_hardware(), tmp_path, read_jit(tmp_path))  # no jit.csv there
+    assert found["jit"] == {"measured": False, "rows": []} and "jit" in found["not_measured"]
+    rows = read_jit(results_dir)
+    failed = rows.index[(rows["head_dim"] == 128) & (rows["causal"] == 1) & (rows["cache"] == "filled")]
+    rows.loc[failed, "status"] = "error"
+    rows.loc[failed, ["first_fwd_s", "first_bwd_s", "second_fwd_bwd_s"]] = float("nan")
+    found = facts.jit(rows)
+    assert found["failed"] == synthetic.JIT_REPETITIONS and found["rows"][-1]["filled_fwd"] == "-"
+    assert len(found["rows"]) == 4  # the empty-cache processes of that pair still show
+
+
+def test_jit_rows_are_checked_like_a_results_file(results_dir, tmp_path):
+    from analysis.load import read_jit
+
+    frame = pd.read_csv(results_dir / "jit.csv", dtype=str, keep_default_na=False)
+    frame.loc[0, "cache"] = "warm"
+    frame.to_csv(tmp_path / "jit.csv", index=False)
+    with pytest.raises(SchemaError, match="column cache has values"):
+        read_jit(tmp_path)
+    frame.drop(columns=["concurrent"]).to_csv(tmp_path / "jit.csv", index=False)
+    with pytest.raises(SchemaError, match="expected"):
+        read_jit(tmp_path)

@@ -387,3 +387,78 @@ def test_a_training_cell_that_runs_out_of_memory_adds_the_largest_batch_that_fit
     rows = results.read_csv(output)
     assert [(row["variant"], row["status"], row["batch"]) for row in rows] == [
         ("gpt3_1_3b", "oom", "8"), ("gpt3_1_3b+largest_batch", "ok", "2")]
+
+
+def test_jit_reads_its_times_from_the_measuring_process_and_refuses_anything_else():
+    from experiments import jit
+
+    out = "a warning\n" + jit.child_line(1.7, 3.9, 0.0021) + "\n"
+    assert jit.parse_child_output(out) == {"first_fwd_s": 1.7, "first_bwd_s": 3.9, "second_fwd_bwd_s": 0.0021}
+    for bad in ("", "1.7 3.9 0.002", f"{jit.CHILD_MARK} 1.7 3.9", f"{jit.CHILD_MARK} 1.7 -3.9 0.002",
+                f"{jit.CHILD_MARK} 1.7 nan 0.002", f"{jit.CHILD_MARK} 1.7 fast 0.002"):
+        with pytest.raises(ValueError):
+            jit.parse_child_output(bad)
+
+
+def test_jit_pairs_an_empty_and_a_filled_process_per_case_and_repetition(monkeypatch, tmp_path):
+    from experiments import jit
+    from experiments.schema import JIT_COLUMNS
+
+    settings = dict(ablation_settings(CONFIG, ["jit"])["jit"], repetitions=2, concurrent=3)
+    spawned = []
+
+    def fake_spawn(s, head_dim, causal, environment):
+        cache_dir = environment["TRITON_CACHE_DIR"]
+        spawned.append((head_dim, causal, cache_dir))
+        if head_dim == 128 and causal and sum(entry[:2] == (128, True) for entry in spawned) == 1:
+            return None, "error", "exit code 1: boom"  # the first empty-cache process of d128 causal dies
+        empty = sum(entry[2] == cache_dir for entry in spawned) == 1
+        return {"first_fwd_s": 2.0 if empty else 0.5, "first_bwd_s": 4.0 if empty else 2.0,
+                "second_fwd_bwd_s": 0.002}, "ok", ""
+
+    monkeypatch.setattr(jit, "_spawn", fake_spawn)
+    lines = []
+    found = jit.measure(settings, {"PATH": "/bin"}, log=lines.append)
+    cases = jit.cases(settings)
+    assert len(found) == 2 * len(cases) * 2 and len(spawned) == len(found) - 1  # no filled run after a failure
+    assert [(item["repetition"], item["head_dim"], item["causal"], item["cache"]) for item in found] == [
+        (repetition, head_dim, causal, cache) for repetition in range(2) for head_dim, causal in cases
+        for cache in ("empty", "filled")]
+    by_dir = {}
+    for head_dim, causal, cache_dir in spawned:
+        by_dir.setdefault(cache_dir, set()).add((head_dim, causal))
+    assert all(len(owners) == 1 for owners in by_dir.values())  # one cache directory per pair, its own
+    failed = {(item["head_dim"], item["causal"], item["cache"]): item["found"]
+              for item in found if item["repetition"] == 0}
+    assert failed[(128, True, "empty")][1] == "error" and "before it failed" in failed[(128, True, "filled")][2]
+    assert sum(line.startswith("[jit ") for line in lines) == len(found) and f"/{len(found)}]" in lines[-1]
+
+    origin = {"gpu": "Test GPU", "driver": "1", "cuda": "12", "torch": "2", "triton": "3", "commit": "c1",
+              "host_kind": "cuda"}
+    rows = [jit.build_row(settings, item["head_dim"], item["causal"], item["cache"], item["repetition"],
+                          item["concurrent"], *item["found"], origin, "2026-01-01T00:00:00+00:00") for item in found]
+    path = str(tmp_path / "jit.csv")
+    results.write_csv(rows, path)
+    back = results.read_csv(path)
+    assert list(back[0]) == JIT_COLUMNS and {row["concurrent"] for row in back} == {"3"}
+    assert back[0]["first_fwd_s"] == "2.0" and back[1]["first_fwd_s"] == "0.5" and back[1]["cache"] == "filled"
+    assert back[0]["gpu"] == "Test GPU" and back[0]["host_kind"] == "cuda" and back[0]["source"] == "measured"
+    assert {row["first_fwd_s"] for row in back if row["status"] == "error"} == {""}
+    archive.save([path], "test-gpu", str(tmp_path / "archive"))  # archived and restored like the other files
+    archive.restore(str(tmp_path / "archive" / "jit.csv"), str(tmp_path / "restored" / "jit.csv"), "test-gpu")
+    assert {row["source"] for row in results.read_csv(str(tmp_path / "restored" / "jit.csv"))} == {"archive:test-gpu"}
+    with pytest.raises(ValueError, match="cache"):
+        jit.build_row(settings, 64, False, "warm", 0, 1, None, "error", "", origin, "")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_jit_measures_a_filled_cache_faster_on_the_gpu():
+    from experiments import jit
+
+    settings = dict(ablation_settings(CONFIG, ["jit"])["jit"], head_dims=[64], causal=[False], repetitions=1,
+                    concurrent=1)
+    environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    (empty, filled) = [item["found"] for item in jit.measure(settings, environment, log=lambda line: None)]
+    assert empty[1] == filled[1] == "ok", (empty, filled)
+    assert filled[0]["first_fwd_s"] < empty[0]["first_fwd_s"]
+    assert empty[0]["second_fwd_bwd_s"] < empty[0]["first_fwd_s"]

@@ -207,3 +207,22 @@ def test_report_says_features_were_not_measured_without_their_results(analysis_d
         text = out[fmt].read_text()
         assert "features: not measured in the archived run yet" in text
         assert "Beyond the paper" in text and "None" not in text
+
+
+def test_report_has_the_jit_table_and_says_when_it_was_not_measured(report, analysis_dir, tmp_path):
+    for fmt in ("md", "tex"):
+        text = report[1][fmt].read_text()
+        assert "First-call cost: JIT compilation" in text and "jit: not measured" not in text
+        assert "TRITON" in text and ".triton/cache" in text
+    markdown = report[1]["md"].read_text()
+    assert re.search(r"\| 128 \| causal \| [0-9.]+ \([0-9.]+-[0-9.]+\) \|", markdown)
+    assert re.search(r"took [0-9.]+-[0-9.]+ s for its first forward and first backward together", markdown)
+    results = synthetic.write_results(tmp_path / "results")
+    (results / "jit.csv").unlink()
+    build = tmp_path / "analysis"
+    shutil.copytree(analysis_dir, build)
+    facts.main(str(results), str(build / "figures"), str(build / "facts.json"))
+    out = render(build, tmp_path / "paper", pdf=False)
+    for fmt in ("md", "tex"):
+        text = out[fmt].read_text()
+        assert "jit: not measured in the archived run yet" in text and "None" not in text
