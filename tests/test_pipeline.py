@@ -13,11 +13,12 @@ import pytest
 import torch
 
 from experiments import gpus, grid, results
-from experiments.schema import SIDE_FILES
+from experiments.schema import SIDE_FILES, STANDALONE_ABLATIONS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ARCHIVED = [name for name in grid.ABLATIONS if name not in grid.INTERPRETER_ABLATIONS]
-SIDE = {name: list(SIDE_FILES.get(name, ())) for name in grid.ABLATIONS}  # files written beside an ablation's CSV
+ALL_ABLATIONS = list(grid.ABLATIONS) + list(STANDALONE_ABLATIONS)  # the workflow's targets (jit: a runner of its own)
+ARCHIVED = [name for name in ALL_ABLATIONS if name not in grid.INTERPRETER_ABLATIONS]
+SIDE = {name: list(SIDE_FILES.get(name, ())) for name in ALL_ABLATIONS}  # files written beside an ablation's CSV
 ARCHIVED_FILES = ARCHIVED + [side for name in ARCHIVED for side in SIDE[name]]
 TEST_GPU = "test-gpu"
 
@@ -74,8 +75,11 @@ def workflow(tmp_path):
         shutil.copytree(os.path.join(ROOT, package), tmp_path / package,
                         ignore=shutil.ignore_patterns("__pycache__"))
     for name in ARCHIVED:
-        rows = [vars(synthetic_row(name))]
-        results.write_csv(rows, str(tmp_path / "results" / "archive" / TEST_GPU / f"{name}.csv"))
+        row = vars(synthetic_row(name))
+        if name in STANDALONE_ABLATIONS:  # columns of its own: the shared ones, and its times
+            row = {key: value for key, value in row.items() if key in results.columns_of(name)}
+            row.update(seqlen=64, cache="empty", concurrent=1, first_fwd_s=1.5, first_bwd_s=3.0, second_fwd_bwd_s=0.002)
+        results.write_csv([row], str(tmp_path / "results" / "archive" / TEST_GPU / f"{name}.csv"))
     loss = {key: value for key, value in vars(synthetic_row("training")).items() if key in results.columns_of("training_loss")}
     results.write_csv([dict(loss, provider=provider, seed=seed, step=0, loss=4.8)
                        for provider, seed in (("ours", 0), ("sdpa_flash", 0), ("sdpa_flash", 1))],
@@ -98,7 +102,7 @@ def test_bad_config_is_refused_naming_the_key(override, key):
 
 
 def test_each_ablation_plans_alone_when_measuring(workflow):
-    for name in grid.ABLATIONS:
+    for name in ALL_ABLATIONS:
         done = snakemake(workflow, "-n", name, "--config", "mode=measure")
         side_jobs = {"training_loss": 1} if name == "training" else {}  # the loss-agreement run, a job of its own
         assert planned_jobs(done) == {"measure": 1, name: 1, **side_jobs}, done.stdout
@@ -120,7 +124,7 @@ def test_without_gpu_the_plan_reads_the_archive_and_never_rewrites_it(workflow):
     done = snakemake(workflow, "-n", "results", "--config", "mode=archive", f"archive_gpu={TEST_GPU}")
     assert planned_jobs(done) == {"from_archive": len(ARCHIVED_FILES), "measure": 1, "results": 1}
     assert "rule archive:" not in done.stdout
-    for name in grid.ABLATIONS:
+    for name in ALL_ABLATIONS:
         done = snakemake(workflow, "-n", name, "--config", "mode=archive", f"archive_gpu={TEST_GPU}")
         rule = "measure" if name in grid.INTERPRETER_ABLATIONS else "from_archive"
         assert planned_jobs(done) == {rule: 1 + len(SIDE[name]), name: 1}
@@ -136,6 +140,17 @@ def test_an_ablation_the_archive_lacks_is_skipped_by_default_and_named_when_aske
     assert done.returncode != 0
     assert "training.csv is missing" in done.stdout + done.stderr
     assert "snakemake --cores 1 archive" in done.stdout + done.stderr
+
+
+def test_an_archive_without_jit_plans_the_rest_and_the_jit_target_says_how_to_make_it(workflow):
+    os.remove(workflow / "results" / "archive" / TEST_GPU / "jit.csv")
+    done = snakemake(workflow, "-n", "results", "--config", "mode=archive", f"archive_gpu={TEST_GPU}")
+    assert planned_jobs(done) == {"from_archive": len(ARCHIVED_FILES) - 1, "measure": 1, "results": 1}
+    assert "jit.csv" not in done.stdout
+    done = snakemake(workflow, "-n", "jit", "--config", "mode=archive", f"archive_gpu={TEST_GPU}", check=False)
+    assert done.returncode != 0 and "jit.csv is missing" in done.stdout + done.stderr
+    done = snakemake(workflow, "-n", "archive", "--config", "mode=measure")  # a GPU run archives it with the rest
+    assert "results/archive/nvidia-h200/jit.csv" in done.stdout and "results/jit.csv" in done.stdout
 
 
 def test_a_missing_archive_says_what_to_run(workflow):
