@@ -1,5 +1,8 @@
 """First-call (JIT compile) cost of the engine's kernels, and what Triton's on-disk cache saves.
 
+Superseded by the pipeline's `jit` ablation (experiments/jit.py, `snakemake --cores 1 jit`), which measures the same
+thing with repetitions and puts it in the report; this script and its CSV stay as the first measurement.
+
     python3 notes/jit_cost.py > notes/jit_cost.csv       (on a CUDA GPU)
 
 For each head dim and mask, a fresh Python process with an empty TRITON_CACHE_DIR times the first
