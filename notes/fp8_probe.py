@@ -45,6 +45,11 @@ watchdog (faulthandler) ends the process if it is still running 60 s after the b
 kernel cannot stall the job; rows already written stay in the CSV. Every case catches its own
 exception, prints the traceback and carries on (a row with the error in `note`).
 
+A development run on an H200 (torch 2.11, triton 3.6.0) of the previous revision is in
+notes/fp8_probe_trial_h200.csv: the same measurements, but its compile prewarm used one head and
+so missed Triton's argument specialisation; the measured calls compiled again, the run took 92 s
+and the last shape (d128, causal, 16k) was skipped by the budget. Fixed here, not re-run.
+
 CSV columns (one row per measurement, written and flushed as it is measured):
   kind            error | speed | info (info: device, versions, compile times)
   provider        fp8_triton | ours_fp16 | sdpa_flash_fp16 | sdpa_flash_bf16 | sdpa_cudnn_fp16 |
@@ -340,12 +345,15 @@ def prewarm(shapes, deadline, writer):
     with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 4)) as pool:
         with AsyncCompileMode(pool, ignore_errors=True):
             for head_dim, causal in shapes:
-                n = 256
-                q = torch.empty((1, 1, n, head_dim), device=device, dtype=torch.float8_e4m3fn)
-                vt = torch.empty((1, 1, head_dim, n), device=device, dtype=torch.float8_e4m3fn)
-                d = torch.ones((1, 1), device=device, dtype=torch.float32)
-                out = torch.empty((1, 1, n, head_dim), device=device, dtype=torch.bfloat16)
-                lse = torch.empty((1, 1, n), device=device, dtype=torch.float32)
+                # Triton specialises integer arguments (== 1, divisible by 16) into the kernel: the
+                # heads, the sequence length and every stride here must fall in the same classes
+                # as the measured shapes', or the measured call compiles again.
+                n, heads = 256, 2048 // head_dim
+                q = torch.empty((1, heads, n, head_dim), device=device, dtype=torch.float8_e4m3fn)
+                vt = torch.empty((1, heads, head_dim, n), device=device, dtype=torch.float8_e4m3fn)
+                d = torch.ones((1, heads), device=device, dtype=torch.float32)
+                out = torch.empty((1, heads, n, head_dim), device=device, dtype=torch.bfloat16)
+                lse = torch.empty((1, heads, n), device=device, dtype=torch.float32)
                 for ci, config in enumerate(CONFIGS[head_dim]):
                     for variant in VARIANTS:
                         if variant == "b_precise" and ci > 0:
@@ -357,7 +365,7 @@ def prewarm(shapes, deadline, writer):
                         try:
                             _fp8_attn_fwd.warmup(
                                 q, q, v, out, lse, d, d, d, *q.stride(), *q.stride(), *v_strides, *out.stride(),
-                                *d.stride(), 1, n, n, 1.0,
+                                *d.stride(), heads, n, n, 1.0,
                                 HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=causal,
                                 V_TRANS=v_trans, PRECISE=variant == "b_precise",
                                 num_warps=num_warps, num_stages=num_stages, grid=(1,))
@@ -366,6 +374,7 @@ def prewarm(shapes, deadline, writer):
                             print(f"prewarm submit failed: {one_line(exc)}", flush=True)
     writer.row(kind="info", provider="probe",
                note=f"parallel compile of {jobs} fp8 kernels: {time.perf_counter() - t0:.1f} s wall")
+    return jobs
 
 
 def bench(fn, rep_ms):
@@ -529,6 +538,11 @@ def gpu_main(args):
                 writer.row(kind="info", provider="probe", head_dim=head_dim, causal=causal, seqlen=seqlen,
                            note=f"shape failed: {one_line(exc)}")
             print(f"# shape d={head_dim} causal={causal} n={seqlen}: {time.perf_counter() - t0:.1f} s", flush=True)
+    try:  # more kernels than prewarmed: some measured call compiled again (see prewarm)
+        count = sum(len(cache[0]) for cache in _fp8_attn_fwd.device_caches.values())
+        writer.row(kind="info", provider="probe", note=f"fp8 kernels compiled in all: {count}")
+    except Exception as exc:  # noqa: BLE001
+        writer.row(kind="info", provider="probe", note=f"kernel count unavailable: {one_line(exc)}")
     writer.row(kind="info", provider="probe", note=f"total {time.perf_counter() - start:.1f} s")
     faulthandler.cancel_dump_traceback_later()
 
