@@ -52,7 +52,9 @@ def padded_head_dim(head_dim: int) -> int:
 # padded head dim over full and causal. Head dims 16 and 32 take the 64 entries. 256 is sized to
 # fit shared memory (a 128-wide tile at D=256 does not) and given 8 warps: with 4, its kernels
 # spill registers (the dK/dV kernel 1.7 KB per thread; `python3 tests/sm90_compile.py` prints the
-# registers and spills of each kernel compiled for sm_90, no GPU needed), with 8 none do.
+# registers and spills of each kernel compiled for sm_90, no GPU needed), with 8 none do. Measured
+# (notes/perf.md, v5): the backward gained 1.5-1.6x, but the forward ran 2.2x slower than with 4
+# warps; the forward goes back to 4 warps with the next re-measurement.
 _DEFAULTS = {
     "fwd": {16: TileConfig(128, 64, 8, 3), 32: TileConfig(128, 64, 8, 3), 64: TileConfig(128, 64, 8, 3),
             128: TileConfig(128, 128, 8, 3), 256: TileConfig(64, 32, 8, 2)},
