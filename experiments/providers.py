@@ -57,20 +57,17 @@ def tile_columns(cell) -> dict:
     a training row, whose model runs the engine's defaults in both passes."""
     if cell.provider != "ours" or cell.experiment == "training":
         return {}
-    from kernels import default_tiles
-    from kernels._fa1 import fa1_default_tiles
+    from kernels.attention import default_tiles_for
 
     pass_ = "bwd" if cell.mode == "bwd" else "fwd"
     explicit = cell.bwd_tiles if pass_ == "bwd" else cell.fwd_tiles
+    switches = dict(cell.switches)
     if explicit:
         tiles = dict(zip(("block_m", "block_n", "num_warps", "num_stages"), explicit))
     else:
-        switches = dict(cell.switches)
-        if switches.get("algorithm") == "fa1":
-            tiles = dataclasses.asdict(fa1_default_tiles(cell.head_dim, pass_))
-        else:
-            tiles = dataclasses.asdict(default_tiles(cell.head_dim, pass_, dropout=switches.get("dropout_p", 0) > 0))
-    return dict(tiles, recompute=int(dict(cell.switches).get("recompute", True)))
+        tiles = dataclasses.asdict(default_tiles_for(cell.head_dim, pass_, switches.get("algorithm", "fa2"),
+                                                     switches.get("dropout_p", 0.0)))
+    return dict(tiles, recompute=int(switches.get("recompute", True)))
 
 
 def _ours(cell):

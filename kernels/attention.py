@@ -184,6 +184,14 @@ class FlashAttentionFunction(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None, None
 
 
+def default_tiles_for(head_dim: int, pass_: str, algorithm: str = "fa2", dropout_p: float = 0.0) -> TileConfig:
+    """The tile config `flash_attention` takes for `pass_` when none is given: FA1's for
+    algorithm="fa1", else the engine's, which depends on whether dropout is on."""
+    if algorithm == "fa1":
+        return fa1_default_tiles(head_dim, pass_)
+    return default_tiles(head_dim, pass_, dropout=dropout_p > 0)
+
+
 def _check_window(window_size) -> tuple[int, int]:
     if type(window_size) is tuple and window_size == (-1, -1) and all(type(w) is int for w in window_size):
         return -1, -1  # the default, without the checks' cost
@@ -370,13 +378,11 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         if tiles is not None and not isinstance(tiles, TileConfig):
             raise ValueError(f"{name} must be a kernels.TileConfig or None, got {type(tiles).__name__}")
     # Default configs may step down where a switch needs more on-chip memory; explicit ones may not.
-    choose_tiles = fa1_default_tiles if algorithm == "fa1" else default_tiles
     opts = AttentionOptions(
         softmax_scale=float(softmax_scale), causal=bool(causal), window_left=window_left, window_right=window_right,
         softcap=float(softcap), dropout_p=float(dropout_p),
-        fwd_tiles=_tile_list(fwd_tiles or (choose_tiles(head_dim, "fwd") if algorithm == "fa1"
-                                           else default_tiles(head_dim, "fwd", dropout=dropout_p > 0))),
-        bwd_tiles=_tile_list(bwd_tiles or choose_tiles(head_dim, "bwd")),
+        fwd_tiles=_tile_list(fwd_tiles or default_tiles_for(head_dim, "fwd", algorithm, dropout_p)),
+        bwd_tiles=_tile_list(bwd_tiles or default_tiles_for(head_dim, "bwd", algorithm, dropout_p)),
         fit_fwd_tiles=fwd_tiles is None, fit_bwd_tiles=bwd_tiles is None,
         recompute=bool(recompute), deferred_rescale=bool(deferred_rescale), seq_parallel=bool(seq_parallel),
         skip_masked_tiles=bool(skip_masked_tiles), atomic_dq=bool(atomic_dq), algorithm=algorithm,
