@@ -50,12 +50,8 @@ def read_experiment(path: str | Path) -> pd.DataFrame:
         frame[column] = _to_number(frame[column], path, column).astype("Int64")
     for column in FLOAT_COLUMNS:
         frame[column] = _to_number(frame[column], path, column).astype(float)
-    bad_status = sorted(set(frame["status"]) - set(STATUSES))
-    if bad_status:
-        raise SchemaError(f"{path}: column status has values {bad_status}, expected one of {sorted(STATUSES)}")
-    bad_mode = sorted(set(frame["mode"]) - set(MODES))
-    if bad_mode:
-        raise SchemaError(f"{path}: column mode has values {bad_mode}, expected one of {sorted(MODES)}")
+    _check_values(frame, path, "status", STATUSES)
+    _check_values(frame, path, "mode", MODES)
     bad_flag = sorted(set(frame["host_bound"].dropna()) - {0, 1})
     if bad_flag:
         raise SchemaError(f"{path}: column host_bound has values {bad_flag}, expected 0 or 1")
@@ -91,40 +87,42 @@ def not_measured(frames: dict[str, pd.DataFrame], experiments=EXPERIMENTS) -> li
     return [experiment for experiment in experiments if experiment not in frames]
 
 
+def _read_side_file(results_dir: str | Path, name: str, columns: list[str], integers, floats) -> tuple:
+    """(path, frame) of results/<name>.csv with exactly `columns`, the `integers` and `floats` columns
+    typed; frame is empty (those columns) when the run has no such file."""
+    path = results_path(results_dir, name)
+    if not path.exists():
+        return path, pd.DataFrame(columns=columns)
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    if list(frame.columns) != columns:
+        raise SchemaError(f"{path}: columns {list(frame.columns)}, expected {columns} (experiments/schema.py)")
+    for column in integers:
+        frame[column] = _to_number(frame[column], path, column).astype("Int64")
+    for column in floats:
+        frame[column] = _to_number(frame[column], path, column).astype(float)
+    return path, frame
+
+
+def _check_values(frame: pd.DataFrame, path: Path, column: str, allowed) -> None:
+    bad = sorted(set(frame[column]) - set(allowed))
+    if bad:
+        raise SchemaError(f"{path}: column {column} has values {bad}, expected one of {sorted(allowed)}")
+
+
 def read_loss(results_dir: str | Path) -> pd.DataFrame:
     """training's loss-agreement curves (results/training_loss.csv: provider, seed, step, loss and provenance),
     checked like a results file; empty when the run has none."""
-    path = results_path(results_dir, "training_loss")
-    if not path.exists():
-        return pd.DataFrame(columns=LOSS_COLUMNS)
-    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    if list(frame.columns) != LOSS_COLUMNS:
-        raise SchemaError(f"{path}: columns {list(frame.columns)}, expected {LOSS_COLUMNS} (experiments/schema.py)")
-    for column in ("seed", "step"):
-        frame[column] = _to_number(frame[column], path, column).astype("Int64")
-    frame["loss"] = _to_number(frame["loss"], path, "loss").astype(float)
-    return frame
+    return _read_side_file(results_dir, "training_loss", LOSS_COLUMNS, ("seed", "step"), ("loss",))[1]
 
 
 def read_jit(results_dir: str | Path) -> pd.DataFrame:
     """The jit ablation's rows (results/jit.csv: one per measuring process, experiments/jit.py), checked like a
     results file; empty when the run has none (not measured, or not in the archive)."""
-    path = results_path(results_dir, "jit")
-    if not path.exists():
-        return pd.DataFrame(columns=JIT_COLUMNS)
-    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    if list(frame.columns) != JIT_COLUMNS:
-        raise SchemaError(f"{path}: columns {list(frame.columns)}, expected {JIT_COLUMNS} (experiments/schema.py)")
-    for column in ("batch", "heads", "seqlen", "head_dim", "causal", "repetition", "concurrent"):
-        frame[column] = _to_number(frame[column], path, column).astype("Int64")
-    for column in JIT_TIMES:
-        frame[column] = _to_number(frame[column], path, column).astype(float)
-    bad_cache = sorted(set(frame["cache"]) - set(JIT_CACHES))
-    if bad_cache:
-        raise SchemaError(f"{path}: column cache has values {bad_cache}, expected one of {list(JIT_CACHES)}")
-    bad_status = sorted(set(frame["status"]) - set(STATUSES))
-    if bad_status:
-        raise SchemaError(f"{path}: column status has values {bad_status}, expected one of {sorted(STATUSES)}")
+    path, frame = _read_side_file(results_dir, "jit", JIT_COLUMNS,
+                                  ("batch", "heads", "seqlen", "head_dim", "causal", "repetition", "concurrent"),
+                                  JIT_TIMES)
+    _check_values(frame, path, "cache", JIT_CACHES)
+    _check_values(frame, path, "status", STATUSES)
     ok = frame[frame["status"] == "ok"]
     if ok[JIT_TIMES].isna().any().any():
         raise SchemaError(f"{path}: {int(ok[JIT_TIMES].isna().any(axis=1).sum())} ok rows without their times")
