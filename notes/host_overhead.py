@@ -18,8 +18,8 @@ from triton.testing import do_bench
 from kernels import flash_attention
 
 
-def per_call_us(fn, calls=2000):
-    for _ in range(50):
+def per_call_us(fn, calls=2000, warmup=50):
+    for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     start = time.perf_counter()

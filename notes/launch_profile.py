@@ -15,12 +15,12 @@ import cProfile
 import io
 import pstats
 import sys
-import time
 
 import torch
 import triton
 import triton.language as tl
 
+import host_overhead  # notes/, beside this script
 from kernels import flash_attention
 
 
@@ -42,14 +42,7 @@ def _empty40(a, b, c, d, e, f, n0, n1, n2, n3, n4, n5, n6, n7, n8, n9, n10, n11,
 
 
 def per_call_us(fn, calls=5000):
-    for _ in range(100):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
+    return host_overhead.per_call_us(fn, calls, warmup=100)
 
 
 def main():
