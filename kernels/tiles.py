@@ -50,16 +50,17 @@ def padded_head_dim(head_dim: int) -> int:
 
 # Chosen from a sweep on the H200 at seqlen 8k, fp16 (notes/perf.md, v1): the best config per
 # padded head dim over full and causal. Head dims 16 and 32 take the 64 entries. 256 is sized to
-# fit shared memory (a 128-wide tile at D=256 does not) and given 8 warps: with 4, its kernels
-# spill registers (the dK/dV kernel 1.7 KB per thread; `python3 tests/sm90_compile.py` prints the
-# registers and spills of each kernel compiled for sm_90, no GPU needed), with 8 none do. Measured
-# (notes/perf.md, v5): the backward gained 1.5-1.6x, but the forward ran 2.2x slower than with 4
-# warps; the forward goes back to 4 warps with the next re-measurement.
+# fit shared memory (a 128-wide tile at D=256 does not). Its forward keeps 4 warps: with 8 it
+# spills nothing but ran 2.2x slower on the H200 (notes/perf.md, v5). Its backward takes 8 warps
+# and 32 x 64 tiles: with 4 warps the dK/dV kernel spills 1.7 KB per thread (`python3
+# tests/sm90_compile.py` prints each kernel's registers and spills at sm_90, no GPU needed), and
+# of the configs that do not spill, 32 x 64 ran fastest (notes/d256_bwd_probe.csv: 140 TFLOP/s
+# against 90 for 16 x 64 with 8 warps and 65 for the old 16 x 64 with 4).
 _DEFAULTS = {
     "fwd": {16: TileConfig(128, 64, 8, 3), 32: TileConfig(128, 64, 8, 3), 64: TileConfig(128, 64, 8, 3),
-            128: TileConfig(128, 128, 8, 3), 256: TileConfig(64, 32, 8, 2)},
+            128: TileConfig(128, 128, 8, 3), 256: TileConfig(64, 32, 4, 2)},
     "bwd": {16: TileConfig(64, 64, 4, 3), 32: TileConfig(64, 64, 4, 3), 64: TileConfig(64, 64, 4, 3),
-            128: TileConfig(64, 128, 8, 3), 256: TileConfig(16, 64, 8, 2)},
+            128: TileConfig(64, 128, 8, 3), 256: TileConfig(32, 64, 8, 2)},
 }
 # With dropout the forward keeps the Philox state beside the tile: at head dim 128 the 128 x 128
 # tile spills (288 bytes per thread), 128 x 64 does not (and runs as fast without dropout).
