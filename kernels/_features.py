@@ -72,9 +72,9 @@ def _scores(qk, i, j, qk_scale, softcap_scale, softcap_log2, slope_log2, N_Q, N_
         s = qk * qk_scale
         t = s
     if ALIBI:
-        # the distance from float row and column indices: M + N conversions instead of M x N (an
-        # int-to-float conversion per entry costs as much as the softmax's exp2); exact below 2^24
-        s = s - slope_log2 * tl.abs((i + (N_K - N_Q)).to(tl.float32) - j.to(tl.float32))
+        # the integer distance, converted per entry: the float-index form (M + N conversions per
+        # tile) was no faster on the H200 (3-4% slower in each forward cell; notes/perf.md, v5)
+        s = s - slope_log2 * tl.abs(i + (N_K - N_Q) - j).to(tl.float32)
     return s, t
 
 
