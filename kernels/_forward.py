@@ -28,6 +28,18 @@ Switches for the ablations (compile-time constants, so the default path pays not
   STORE_SCORES=True       also write the scaled scores (fp32, Nq x Nk per head) for the
                           backward to read instead of recomputing them
 
+fp8 (FP8=True; `fp8_forward`, reached from `flash_attention` with float8_e4m3fn q, k, v): the
+same kernel with per-(batch, head) descales (FlashAttention-3's q/k/v_descale: true value = fp8
+value * descale; k and v per K/V head). The scores are scaled by softmax_scale * q_descale *
+k_descale; P is cast to V's dtype (e4m3) for P @ V, the row sums are taken from the float32 P;
+the output is multiplied by v_descale / l and written as bfloat16. fp8 tensor cores want both
+operands K-major, so V is passed transposed, (B, Hkv, D, Nk) contiguous (a copy the launcher
+makes on every call), and loaded as a (D, BLOCK_N) tile that tl.trans hands to the dot; with V
+as given the H200 probe ran 2x slower (notes/fp8_probe.py). No ablation switch or training
+feature goes with it. The switch works with any dtype (P is then cast to that dtype), which is
+how the interpreter tests check its indexing exactly; with it off, the fp16/bf16 kernels compile
+to the same code as before it existed (registers, spills, shared memory: tests/sm90_compile.py).
+
 Scores are kept in the log2 domain (scaled by softmax_scale * log2(e)) so the softmax is exp2.
 Offsets that can exceed 2^31 (batch/head bases, row starts) are computed in int64.
 """
@@ -378,6 +390,16 @@ def strides(t: torch.Tensor, varlen: bool) -> tuple:
     return (0, *t.stride()[1:]) if varlen else tuple(t.stride())
 
 
+def transposed_keys(v: torch.Tensor) -> torch.Tensor:
+    """v (B, Hkv, Nk, D) as a (B, Hkv, D, Nk) view of a copy whose rows are padded to a multiple
+    of 16 elements (the padding is never read)."""
+    batch, heads, n_k, head_dim = v.shape
+    padded = torch.empty((batch, heads, head_dim, -(-n_k // 16) * 16), device=v.device, dtype=v.dtype)
+    vt = padded[..., :n_k]
+    vt.copy_(v.transpose(-1, -2))
+    return vt
+
+
 def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttentionOptions,
                       alibi_slopes: torch.Tensor | None = None, dropout_seed: torch.Tensor | None = None,
                       cu_seqlens_q: torch.Tensor | None = None, cu_seqlens_k: torch.Tensor | None = None,
@@ -410,6 +432,8 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: A
     else:
         scores = torch.empty((0,), device=q.device, dtype=torch.float32)
     head_dim_pad = padded_head_dim(head_dim)
+    if descales is not None:  # an fp8 tl.dot needs K >= 32 (sm_90: Q K^T at head dim 16 does not compile)
+        head_dim_pad = max(head_dim_pad, 32)
     features = opts.kernel_args(n_q, n_k, alibi_slopes, dropout_seed, lse)
     features.update(varlen_args(cu_seqlens_q, cu_seqlens_k, total_q, lse))
     switches = dict(SKIP_MASKED=opts.skip_masked_tiles, DEFERRED_RESCALE=opts.deferred_rescale,
@@ -418,7 +442,10 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: A
     if descales is not None:
         # fp8 wgmma wants P @ V's V K-major: the keys contiguous. A copy of V per call (a
         # transpose kernel, ~0.1 ms for 4 x 32 x 4096 x 64 on the H200: notes/fp8_probe_trial_h200.csv).
-        v = v.transpose(-1, -2).contiguous()
+        # Its rows start on 16-element boundaries whatever Nk is: Triton specialises strides
+        # divisible by 16, and without that its V loads are not vectorised or pipelined (sm_90:
+        # 544 bytes of spills at d128 with Nk = 300, none with the padded stride).
+        v = transposed_keys(v)
         v_strides = (v.stride(0), v.stride(1), v.stride(3), v.stride(2))  # (z, h, n, d) order
         q_descale, k_descale, v_descale = (d.contiguous() for d in descales)
     else:

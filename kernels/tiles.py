@@ -65,10 +65,13 @@ _DEFAULTS = {
 # tile spills (288 bytes per thread), 128 x 64 does not (and runs as fast without dropout).
 _DROPOUT_FWD = {128: TileConfig(128, 64, 8, 3)}
 # The fp8 (e4m3) forward, from the probe on the H200 (notes/fp8_probe_trial_h200.csv, variant b,
-# seqlen 4k and 16k, full and causal): d128 (128, 128, 8, 3) and (128, 64, 4, 3) within 2% of
-# each other, the first ahead at 16k; d64 (128, 128, 4, 3) fastest (it spills a few bytes there).
-# 16 and 32 take the 64 entry; 256 is sized like the fp16 one (not measured).
-_FP8_FWD = {16: TileConfig(128, 128, 4, 3), 32: TileConfig(128, 128, 4, 3), 64: TileConfig(128, 128, 4, 3),
+# seqlen 4k and 16k, full and causal) and the sm_90 compile of the engine's kernel
+# (tests/sm90_compile.py): d128 (128, 128, 8, 3) was the fastest there (1.50-1.55x our fp16
+# forward) and compiles without spills when Nq and Nk are multiples of 16 (ragged lengths spill
+# 88-572 bytes). At d64 the probe's fastest, (128, 128, 4, 3), spills 200-1500 bytes in the
+# engine's kernel; (128, 64, 4, 3) does not and measured within 3-7 % of it (faster causal at
+# 4k). 16 and 32 take the 64 entry; 256 is sized like the fp16 one (not measured).
+_FP8_FWD = {16: TileConfig(128, 64, 4, 3), 32: TileConfig(128, 64, 4, 3), 64: TileConfig(128, 64, 4, 3),
             128: TileConfig(128, 128, 8, 3), 256: TileConfig(64, 64, 8, 2)}
 
 
