@@ -84,8 +84,8 @@ def recorded_launches():
 
 
 # the kernels the host code launches (helpers, called only from kernels, stay in place)
-KERNELS = {"_attn_fwd", "_attn_probs", "_attn_bwd_delta", "_attn_bwd_dkdv", "_attn_bwd_dq", "_decode_fwd",
-           "_decode_combine"}
+KERNELS = {"_attn_fwd", "_transpose_rows", "_attn_probs", "_attn_bwd_delta", "_attn_bwd_dkdv", "_attn_bwd_dq",
+           "_decode_fwd", "_decode_combine"}
 
 
 @dataclass

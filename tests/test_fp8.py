@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from kernels import TileConfig, attention_reference, flash_attention, flash_attn_func
-from kernels._forward import fp8_forward
+from kernels._forward import fp8_forward, transposed_keys
 from kernels.options import AttentionOptions
 from kernels.tiles import default_tiles
 from test_kernels import DEVICE, HAS_CUDA, assert_close_to_reference, poisoned_allocations  # noqa: F401 (a fixture)
@@ -256,3 +256,18 @@ def test_fp8_torch_compile_fullgraph():
 
     compiled = torch.compile(attend, fullgraph=True, backend="inductor" if HAS_CUDA else "aot_eager")
     torch.testing.assert_close(compiled(q8, k8, v8, qd, kd, vd), attend(q8, k8, v8, qd, kd, vd), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [E4M3, torch.float16])
+@pytest.mark.parametrize("shape", [(1, 1, 1, 16), (2, 3, 70, 40), (1, 2, 129, 128)])
+def test_transposed_keys_is_the_exact_transpose(dtype, shape):
+    """The V^T copy the fp8 kernel reads: every element moved bit for bit, from a strided view too
+    (k and v come out of flash-attn's (B, N, H, D) layout transposed), rows padded to 16."""
+    base = torch.randn(shape[0], shape[2], shape[1], shape[3], device=DEVICE).to(dtype)
+    v = base.transpose(1, 2)  # (B, H, N, D), not contiguous
+    vt = transposed_keys(v)
+    assert vt.shape == (shape[0], shape[1], shape[3], shape[2]) and vt.dtype == dtype
+    assert vt.stride(-1) == 1 and vt.stride(-2) % 16 == 0
+    assert torch.equal(vt.view(torch.uint8 if dtype == E4M3 else torch.int16),
+                       v.transpose(-1, -2).view(torch.uint8 if dtype == E4M3 else torch.int16))
+
