@@ -28,6 +28,18 @@ Switches for the ablations (compile-time constants, so the default path pays not
   STORE_SCORES=True       also write the scaled scores (fp32, Nq x Nk per head) for the
                           backward to read instead of recomputing them
 
+fp8 (FP8=True; `fp8_forward`, reached from `flash_attention` with float8_e4m3fn q, k, v): the
+same kernel with per-(batch, head) descales (FlashAttention-3's q/k/v_descale: true value = fp8
+value * descale; k and v per K/V head). The scores are scaled by softmax_scale * q_descale *
+k_descale; P is cast to V's dtype (e4m3) for P @ V, the row sums are taken from the float32 P;
+the output is multiplied by v_descale / l and written as bfloat16. fp8 tensor cores want both
+operands K-major, so V is passed transposed, (B, Hkv, D, Nk) contiguous (a copy the launcher
+makes on every call), and loaded as a (D, BLOCK_N) tile that tl.trans hands to the dot; with V
+as given the H200 probe ran 2x slower (notes/fp8_probe.py). No ablation switch or training
+feature goes with it. The switch works with any dtype (P is then cast to that dtype), which is
+how the interpreter tests check its indexing exactly; with it off, the fp16/bf16 kernels compile
+to the same code as before it existed (registers, spills, shared memory: tests/sm90_compile.py).
+
 Scores are kept in the log2 domain (scaled by softmax_scale * log2(e)) so the softmax is exp2.
 Offsets that can exceed 2^31 (batch/head bases, row starts) are computed in int64.
 """
@@ -89,8 +101,10 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, s_ptrs, offs_m, offs_n, of
                     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
                     CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
                     DEFERRED_RESCALE: tl.constexpr, STORE_SCORES: tl.constexpr,
-                    WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DROPOUT: tl.constexpr):
-    """Online softmax over key tiles [start, end); pointers are positioned at key `start`."""
+                    WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DROPOUT: tl.constexpr,
+                    FP8: tl.constexpr):
+    """Online softmax over key tiles [start, end); pointers are positioned at key `start`.
+    FP8: `v_ptrs` address a (HEAD_DIM_PAD, BLOCK_N) tile of V^T (keys contiguous)."""
     for start_n in tl.range(start, end, BLOCK_N):
         cols = start_n + offs_n
         k = _load_tile(k_ptrs, cols, N_K, offs_d, HEAD_DIM, MASK, not EVEN_D)
@@ -120,7 +134,10 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, s_ptrs, offs_m, offs_n, of
         p = tl.math.exp2(qk)
         l_ij = tl.sum(p, 1)
         alpha = tl.math.exp2(m_i - m_ij)
-        v = _load_tile(v_ptrs, cols, N_K, offs_d, HEAD_DIM, MASK, not EVEN_D)
+        if FP8:  # V^T in memory: K-major for the fp8 wgmma after the trans
+            v = tl.trans(_load_tile(v_ptrs, offs_d, HEAD_DIM, cols, N_K, not EVEN_D, MASK))
+        else:
+            v = _load_tile(v_ptrs, cols, N_K, offs_d, HEAD_DIM, MASK, not EVEN_D)
         if DROPOUT:  # l_i sums the undropped P; the output sees the kept entries only
             p = tl.where(_dropout_keep(seed, off_hz, offs_m[:, None], cols[None, :], dropout_p), p, 0.0)
         if DEFERRED_RESCALE:
@@ -146,14 +163,15 @@ def _attn_fwd_block(Q, K, V, Out, Lse, Scores, start_m, off_hz,
                     stride_oz, stride_oh, stride_om, stride_od,
                     H, GROUP, N_Q, N_K, qk_scale,
                     Alibi, stride_az, stride_ah, Seed, win_left, win_right, softcap_scale, softcap_log2,
-                    dropout_p, dropout_scale,
+                    dropout_p, dropout_scale, QDescale, KDescale, VDescale,
                     HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     CAUSAL: tl.constexpr, SKIP_MASKED: tl.constexpr, DEFERRED_RESCALE: tl.constexpr,
                     STORE_SCORES: tl.constexpr, EVEN_M: tl.constexpr, EVEN_D: tl.constexpr,
-                    WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DROPOUT: tl.constexpr):
+                    WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DROPOUT: tl.constexpr,
+                    FP8: tl.constexpr):
     """One query block of one (batch, head): the FlashAttention-2 forward. `Lse` points at the
-    (batch, head)'s first row."""
+    (batch, head)'s first row. FP8: see `_attn_fwd`."""
     off_z = tl.cast(off_hz // H, tl.int64)
     off_h = off_hz % H
     off_hkv = tl.cast(off_h // GROUP, tl.int64)
@@ -167,7 +185,13 @@ def _attn_fwd_block(Q, K, V, Out, Lse, Scores, start_m, off_hz,
     q_ptrs = (Q + off_z * stride_qz + off_h * stride_qh + row0 * stride_qm
               + tl.arange(0, BLOCK_M)[:, None] * stride_qm + offs_d[None, :] * stride_qd)
     k_ptrs = K + off_z * stride_kz + off_hkv * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
-    v_ptrs = V + off_z * stride_vz + off_hkv * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    if FP8:  # V^T (B, Hkv, D, Nk): a (HEAD_DIM_PAD, BLOCK_N) tile; the descales of this (batch, head)
+        v_ptrs = (V + off_z * stride_vz + off_hkv * stride_vh + offs_d[:, None] * stride_vd
+                  + offs_n[None, :] * stride_vn)
+        qk_scale = qk_scale * tl.load(QDescale + off_z * H + off_h) * tl.load(KDescale + off_z * (H // GROUP) + off_hkv)
+    else:
+        v_ptrs = (V + off_z * stride_vz + off_hkv * stride_vh + offs_n[:, None] * stride_vn
+                  + offs_d[None, :] * stride_vd)
     s_ptrs = Scores
     if STORE_SCORES:
         s_ptrs = (Scores + tl.cast(off_hz, tl.int64) * N_Q * N_K + row0 * N_K
@@ -195,33 +219,35 @@ def _attn_fwd_block(Q, K, V, Out, Lse, Scores, start_m, off_hz,
                                         s_ptrs, offs_m, offs_n, offs_d, lo, a, qk_scale, N_Q, N_K,
                                         stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p,
                                         HEAD_DIM, BLOCK_N, True, CAUSAL, EVEN_D, DEFERRED_RESCALE, STORE_SCORES,
-                                        WINDOW, SOFTCAP, ALIBI, DROPOUT)
+                                        WINDOW, SOFTCAP, ALIBI, DROPOUT, FP8)
         acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs + a64 * stride_kn, v_ptrs + a64 * stride_vn,
                                         s_ptrs, offs_m, offs_n, offs_d, a, b, qk_scale, N_Q, N_K,
                                         stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p,
                                         HEAD_DIM, BLOCK_N, False, CAUSAL, EVEN_D, DEFERRED_RESCALE, STORE_SCORES,
-                                        WINDOW, SOFTCAP, ALIBI, DROPOUT)
+                                        WINDOW, SOFTCAP, ALIBI, DROPOUT, FP8)
         acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs + b64 * stride_kn, v_ptrs + b64 * stride_vn,
                                         s_ptrs, offs_m, offs_n, offs_d, b, hi, qk_scale, N_Q, N_K,
                                         stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p,
                                         HEAD_DIM, BLOCK_N, True, CAUSAL, EVEN_D, DEFERRED_RESCALE, STORE_SCORES,
-                                        WINDOW, SOFTCAP, ALIBI, DROPOUT)
+                                        WINDOW, SOFTCAP, ALIBI, DROPOUT, FP8)
     else:
         mid, hi = _causal_key_bounds(start_m, N_Q, N_K, BLOCK_M, BLOCK_N, CAUSAL, SKIP_MASKED)
         # Tiles below the diagonal (all of them when not causal): no mask.
         acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, s_ptrs, offs_m, offs_n, offs_d,
                                         0, mid, qk_scale, N_Q, N_K, stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p,
                                         HEAD_DIM, BLOCK_N, False, CAUSAL, EVEN_D, DEFERRED_RESCALE, STORE_SCORES,
-                                        WINDOW, SOFTCAP, ALIBI, DROPOUT)
+                                        WINDOW, SOFTCAP, ALIBI, DROPOUT, FP8)
         # The diagonal band and the ragged end of the keys: masked.
         mid64 = tl.cast(mid, tl.int64)
         acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs + mid64 * stride_kn, v_ptrs + mid64 * stride_vn,
                                         s_ptrs, offs_m, offs_n, offs_d,
                                         mid, hi, qk_scale, N_Q, N_K, stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p,
                                         HEAD_DIM, BLOCK_N, True, CAUSAL, EVEN_D, DEFERRED_RESCALE, STORE_SCORES,
-                                        WINDOW, SOFTCAP, ALIBI, DROPOUT)
+                                        WINDOW, SOFTCAP, ALIBI, DROPOUT, FP8)
 
-    if DEFERRED_RESCALE:
+    if FP8:  # deferred rescale only; v_descale folded into the normalisation
+        acc = acc * (tl.load(VDescale + off_z * (H // GROUP) + off_hkv) / l_i)[:, None]
+    elif DEFERRED_RESCALE:
         acc = acc / l_i[:, None]
     if DROPOUT:
         acc = acc * dropout_scale
@@ -259,17 +285,27 @@ def _attn_fwd(Q, K, V, Out, Lse, Scores,
               stride_oz, stride_oh, stride_om, stride_od,
               H, GROUP, N_Q, N_K, qk_scale,
               Alibi, stride_az, stride_ah, Seed, win_left, win_right, softcap_scale, softcap_log2,
-              dropout_p, dropout_scale, Cu_q, Cu_k, TOTAL_Q,
+              dropout_p, dropout_scale, Cu_q, Cu_k, TOTAL_Q, QDescale, KDescale, VDescale,
               HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               CAUSAL: tl.constexpr, SKIP_MASKED: tl.constexpr, DEFERRED_RESCALE: tl.constexpr,
               SEQ_PARALLEL: tl.constexpr, STORE_SCORES: tl.constexpr,
               WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DROPOUT: tl.constexpr,
-              VARLEN: tl.constexpr, EVEN_M: tl.constexpr, EVEN_D: tl.constexpr):
+              VARLEN: tl.constexpr, EVEN_M: tl.constexpr, EVEN_D: tl.constexpr, FP8: tl.constexpr):
     """VARLEN: a packed batch; (batch) is the sequence index, N_Q and N_K the longest sequences
     (the grid), Cu_q / Cu_k (B + 1,) int32 token offsets, the batch strides 0, Lse (H, TOTAL_Q).
-    Each program reads its sequence's offsets and lengths; blocks past its end do nothing."""
+    Each program reads its sequence's offsets and lengths; blocks past its end do nothing.
+
+    FP8: the fp8 forward (any dtype runs it; fp8 is what it is for). V is passed as V^T, (B, Hkv,
+    D, Nk) with the keys contiguous, its strides still in (z, h, n, d) order; QDescale (B, H) and
+    KDescale, VDescale (B, Hkv) are contiguous float32. The scores are scaled by
+    qk_scale * q_descale * k_descale, P is cast to V's dtype for P @ V (e4m3 for fp8 inputs), the
+    row sums are those of the float32 P, and the output is multiplied by v_descale / l.
+    Off, the descale pointers are never read and the code is that of the fp16/bf16 forward."""
     tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16, "tl.dot needs tiles of at least 16")
+    tl.static_assert(not FP8 or (DEFERRED_RESCALE and not (STORE_SCORES or WINDOW or SOFTCAP or ALIBI or DROPOUT
+                                                           or VARLEN)),
+                     "the fp8 forward has no ablation switches or training features")
     tl.static_assert(HEAD_DIM <= HEAD_DIM_PAD, "head dim is padded up, never down")
     num_m_blocks = tl.cdiv(N_Q, BLOCK_M)
     if SEQ_PARALLEL:
@@ -297,9 +333,10 @@ def _attn_fwd(Q, K, V, Out, Lse, Scores,
                             stride_oz, stride_oh, stride_om, stride_od,
                             H, GROUP, n_q, n_k, qk_scale,
                             Alibi, stride_az, stride_ah, Seed, win_left, win_right, softcap_scale, softcap_log2,
-                            dropout_p, dropout_scale, HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, BLOCK_N,
+                            dropout_p, dropout_scale, QDescale, KDescale, VDescale,
+                            HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, BLOCK_N,
                             CAUSAL, SKIP_MASKED, DEFERRED_RESCALE, STORE_SCORES, EVEN_M, EVEN_D,
-                            WINDOW, SOFTCAP, ALIBI, DROPOUT)
+                            WINDOW, SOFTCAP, ALIBI, DROPOUT, FP8)
     else:
         tl.static_assert(not VARLEN, "a packed batch needs SEQ_PARALLEL")
         off_hz = tl.program_id(0)
@@ -311,9 +348,10 @@ def _attn_fwd(Q, K, V, Out, Lse, Scores,
                             stride_oz, stride_oh, stride_om, stride_od,
                             H, GROUP, N_Q, N_K, qk_scale,
                             Alibi, stride_az, stride_ah, Seed, win_left, win_right, softcap_scale, softcap_log2,
-                            dropout_p, dropout_scale, HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, BLOCK_N,
+                            dropout_p, dropout_scale, QDescale, KDescale, VDescale,
+                            HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, BLOCK_N,
                             CAUSAL, SKIP_MASKED, DEFERRED_RESCALE, STORE_SCORES, EVEN_M, EVEN_D,
-                            WINDOW, SOFTCAP, ALIBI, DROPOUT)
+                            WINDOW, SOFTCAP, ALIBI, DROPOUT, FP8)
 
 
 def check_varlen(opts: AttentionOptions, cu_seqlens_q: torch.Tensor | None, cu_seqlens_k: torch.Tensor | None):
@@ -352,9 +390,50 @@ def strides(t: torch.Tensor, varlen: bool) -> tuple:
     return (0, *t.stride()[1:]) if varlen else tuple(t.stride())
 
 
+@triton.jit
+def _transpose_rows(Src, Dst, N, D, stride_sz, stride_sh, stride_sn, stride_sd, stride_dz, stride_dh, stride_dd,
+                    H, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Dst[b, h, d, n] = Src[b, h, n, d] for one (BLOCK_N x BLOCK_D) tile; Dst's last stride is 1."""
+    off_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    off_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    off_z = tl.program_id(2) // H
+    off_h = tl.program_id(2) % H
+    mask = (off_n[:, None] < N) & (off_d[None, :] < D)
+    src = (Src + off_z.to(tl.int64) * stride_sz + off_h.to(tl.int64) * stride_sh
+           + off_n[:, None].to(tl.int64) * stride_sn + off_d[None, :] * stride_sd)
+    tile = tl.load(src, mask=mask)
+    dst = (Dst + off_z.to(tl.int64) * stride_dz + off_h.to(tl.int64) * stride_dh
+           + off_d[:, None].to(tl.int64) * stride_dd + off_n[None, :])
+    tl.store(dst, tl.trans(tile), mask=tl.trans(mask))
+
+
+_SAME_SIZE_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
+
+
+def transposed_keys(v: torch.Tensor) -> torch.Tensor:
+    """v (B, Hkv, Nk, D) as a (B, Hkv, D, Nk) view of a copy whose rows are padded to a multiple
+    of 16 elements (the padding is never read). One tiled Triton kernel moves the bytes (as
+    integers of the element's size): PyTorch's strided copy of a one-byte transpose ran at about
+    160 GB/s on the H200 (notes/fp8_engine_bench_h200.csv: 0.21 ms for 16k tokens at d128)."""
+    batch, heads, n_k, head_dim = v.shape
+    padded = torch.empty((batch, heads, head_dim, -(-n_k // 16) * 16), device=v.device, dtype=v.dtype)
+    vt = padded[..., :n_k]
+    if v.numel() == 0:
+        return vt
+    as_int = _SAME_SIZE_INT[v.element_size()]
+    src, dst = v.view(as_int), padded.view(as_int)
+    block_n, block_d = 64, 64
+    grid = (triton.cdiv(n_k, block_n), triton.cdiv(head_dim, block_d), batch * heads)
+    _transpose_rows[grid](src, dst, n_k, head_dim, *src.stride(), dst.stride(0), dst.stride(1), dst.stride(2),
+                          heads, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=4)
+    return vt
+
+
 def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: AttentionOptions,
                       alibi_slopes: torch.Tensor | None = None, dropout_seed: torch.Tensor | None = None,
-                      cu_seqlens_q: torch.Tensor | None = None, cu_seqlens_k: torch.Tensor | None = None):
+                      cu_seqlens_q: torch.Tensor | None = None, cu_seqlens_k: torch.Tensor | None = None,
+                      descales: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+                      out_dtype: torch.dtype | None = None):
     """Launch the forward. Inputs and options are validated by the caller (kernels.attention).
 
     Tiles come from `opts.fwd_tiles`; `opts.fit_fwd_tiles` steps down from them if they do not
@@ -365,36 +444,66 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: A
     A packed batch (cu_seqlens_q, cu_seqlens_k int32 (B + 1,)): q (1, H, total_q, D), k, v
     (1, Hkv, total_k, D), sequence b at tokens cu_seqlens[b]:cu_seqlens[b + 1], max lengths in
     `opts.max_seqlen_q / _k`; out is like q and lse (1, H, total_q). One launch for the batch.
+
+    `descales` (q_descale (B, H), k_descale, v_descale (B, Hkv), float32) runs the FP8 kernels
+    (see `_attn_fwd`; `fp8_forward` is the entry): V is transposed here into a (B, Hkv, D, Nk)
+    contiguous copy, and out has dtype `out_dtype` (default: q's).
     """
     varlen = check_varlen(opts, cu_seqlens_q, cu_seqlens_k)
     heads, total_q, head_dim = q.shape[1:]
     batch, n_q, n_k = varlen_shape(q, k, opts, cu_seqlens_q)
     kv_heads = k.shape[1]
     store_scores = not opts.recompute
-    out = torch.empty_like(q)
+    out = torch.empty_like(q, dtype=out_dtype or q.dtype)
     lse = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
     if store_scores:
         scores = torch.empty((batch, heads, n_q, n_k), device=q.device, dtype=torch.float32)
     else:
         scores = torch.empty((0,), device=q.device, dtype=torch.float32)
     head_dim_pad = padded_head_dim(head_dim)
+    if descales is not None:  # an fp8 tl.dot needs K >= 32 (sm_90: Q K^T at head dim 16 does not compile)
+        head_dim_pad = max(head_dim_pad, 32)
     features = opts.kernel_args(n_q, n_k, alibi_slopes, dropout_seed, lse)
     features.update(varlen_args(cu_seqlens_q, cu_seqlens_k, total_q, lse))
     switches = dict(SKIP_MASKED=opts.skip_masked_tiles, DEFERRED_RESCALE=opts.deferred_rescale,
-                    SEQ_PARALLEL=opts.seq_parallel, STORE_SCORES=store_scores)
+                    SEQ_PARALLEL=opts.seq_parallel, STORE_SCORES=store_scores, FP8=descales is not None)
+    v_strides = strides(v, varlen)
+    if descales is not None:
+        # fp8 wgmma wants P @ V's V K-major: the keys contiguous. A copy of V per call (a
+        # transpose kernel, ~0.1 ms for 4 x 32 x 4096 x 64 on the H200: notes/fp8_probe_trial_h200.csv).
+        # Its rows start on 16-element boundaries whatever Nk is: Triton specialises strides
+        # divisible by 16, and without that its V loads are not vectorised or pipelined (sm_90:
+        # 544 bytes of spills at d128 with Nk = 300, none with the padded stride).
+        v = transposed_keys(v)
+        v_strides = (v.stride(0), v.stride(1), v.stride(3), v.stride(2))  # (z, h, n, d) order
+        q_descale, k_descale, v_descale = (d.contiguous() for d in descales)
+    else:
+        q_descale = k_descale = v_descale = lse  # placeholders, never read
 
     def launch(config: TileConfig) -> None:
         grid = (triton.cdiv(n_q, config.block_m) * batch * heads,) if opts.seq_parallel else (batch * heads,)
         _attn_fwd[grid](
             q, k, v, out, lse, scores,
-            *strides(q, varlen), *strides(k, varlen), *strides(v, varlen), *strides(out, varlen),
+            *strides(q, varlen), *strides(k, varlen), *v_strides, *strides(out, varlen),
             heads, heads // kv_heads, n_q, n_k, opts.softmax_scale * LOG2E,
             HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
+            QDescale=q_descale, KDescale=k_descale, VDescale=v_descale,
             num_warps=config.num_warps, num_stages=config.num_stages, **switches, **features)
 
     key = ("fwd", q.dtype, head_dim_pad, tuple(switches.items()) + feature_switches(features) + (varlen,))
     launch_fitting(launch, TileConfig(*opts.fwd_tiles), opts.fit_fwd_tiles, key)
     return out, lse, scores
+
+
+def fp8_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_descale: torch.Tensor, k_descale: torch.Tensor,
+                v_descale: torch.Tensor, opts: AttentionOptions, out_dtype: torch.dtype = torch.bfloat16):
+    """The fp8 forward: (out (B, H, Nq, D) out_dtype, lse (B, H, Nq) float32). q, k, v
+    (B, H|Hkv, N, D) of one dtype: torch.float8_e4m3fn from `flash_attention` (checked there),
+    or any dtype the kernels take, which runs the same code with P cast to that dtype instead
+    (how the tests check it in the interpreter). The true inputs are q * q_descale[b, h] and so
+    on. `opts` holds the scale, the causal flag and the tiles, nothing else."""
+    out, lse, _ = attention_forward(q, k, v, opts, descales=(q_descale, k_descale, v_descale), out_dtype=out_dtype)
+    return out, lse
 
 
 # --------------------------------------------------------------------------------------------

@@ -22,6 +22,14 @@ has its own kernel, the faster path here), and deterministic=True refuses atomic
 `algorithm="fa1"` swaps both passes for FlashAttention-1's own kernels (`_fa1.py`: one program
 per (batch, head), key blocks outside, query blocks inside, O, l, m and dQ through HBM every
 step); the other switches are ablations of the FA2 kernels and must keep their defaults with it.
+
+fp8: q, k, v of dtype torch.float8_e4m3fn, with optional float32 descales `q_descale` (B, H),
+`k_descale`, `v_descale` (B, Hkv) (FlashAttention-3's convention: true value = fp8 value *
+descale; None is 1.0), run the FP8 forward kernels (kernels/_forward.py) through their own custom
+op, `flash_attn_triton::fwd_fp8`, and return a bfloat16 output (as FlashAttention-3 does) and a
+float32 lse. Forward only: an input that requires grad raises NotImplementedError, and so does
+every feature or switch the fp8 path lacks (each named); descales with float16/bfloat16 inputs
+are a ValueError.
 """
 
 from __future__ import annotations
@@ -35,11 +43,12 @@ import torch
 
 from kernels._backward import attention_backward
 from kernels._fa1 import fa1_backward, fa1_default_tiles, fa1_forward
-from kernels._forward import attention_forward, attention_probs, check_varlen
+from kernels._forward import attention_forward, attention_probs, check_varlen, fp8_forward
 from kernels.options import AttentionOptions
 from kernels.tiles import MAX_HEAD_DIM, TileConfig, default_tiles
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+FP8_DTYPE = torch.float8_e4m3fn  # flash_attention only, forward only, output bf16
 ALGORITHMS = ("fa2", "fa1")
 
 
@@ -53,15 +62,18 @@ if _interpreter_on():
     _interpreter.install()
 
 
-def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """Raise ValueError naming the problem if q, k, v cannot go to the kernels."""
+def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, fp8: bool = False) -> None:
+    """Raise ValueError naming the problem if q, k, v cannot go to the kernels. `fp8`: also
+    accept torch.float8_e4m3fn (flash_attention's fp8 forward)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dim() != 4:
             raise ValueError(f"{name} must have rank 4 (batch, heads, seqlen, head_dim), got shape {tuple(t.shape)}")
-        if t.dtype not in SUPPORTED_DTYPES:
-            raise ValueError(f"{name} has dtype {t.dtype}; supported dtypes are torch.float16 and torch.bfloat16")
+        if t.dtype not in SUPPORTED_DTYPES and not (fp8 and t.dtype == FP8_DTYPE):
+            also = (", and torch.float8_e4m3fn (forward only)" if fp8
+                    else " (torch.float8_e4m3fn: kernels.flash_attention, forward only)")
+            raise ValueError(f"{name} has dtype {t.dtype}; supported dtypes are torch.float16 and torch.bfloat16{also}")
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
@@ -150,6 +162,20 @@ _bwd_op = torch.library.custom_op("flash_attn_triton::bwd", mutates_args=())(_ba
 @_bwd_op.register_fake
 def _(do, q, k, v, out, lse, scores, alibi_slopes, dropout_seed, options, cu_seqlens_q=None, cu_seqlens_k=None):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _fp8_forward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_descale: torch.Tensor,
+                      k_descale: torch.Tensor, v_descale: torch.Tensor, options: str) -> tuple[torch.Tensor, torch.Tensor]:
+    with _launch_device(q):
+        return fp8_forward(q, k, v, q_descale, k_descale, v_descale, AttentionOptions.decode(options))
+
+
+_fwd_fp8_op = torch.library.custom_op("flash_attn_triton::fwd_fp8", mutates_args=())(_fp8_forward_impl)
+
+
+@_fwd_fp8_op.register_fake
+def _(q, k, v, q_descale, k_descale, v_descale, options):
+    return torch.empty_like(q, dtype=torch.bfloat16), q.new_empty(q.shape[:3], dtype=torch.float32)
 
 
 def _tile_list(tiles: TileConfig) -> tuple[int, ...]:
@@ -253,6 +279,42 @@ def _check_varlen_args(q: torch.Tensor, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
     return counts[0]
 
 
+def _check_descale(name: str, descale, batch: int, heads: int, q: torch.Tensor) -> torch.Tensor:
+    """A descale as a contiguous (batch, heads) float32 tensor; None means 1.0."""
+    if descale is None:
+        return torch.ones((batch, heads), device=q.device, dtype=torch.float32)
+    if not isinstance(descale, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor or None, got {type(descale).__name__}")
+    if descale.dtype != torch.float32:
+        raise ValueError(f"{name} must have dtype torch.float32, got {descale.dtype}")
+    if descale.device != q.device:
+        raise ValueError(f"{name} must be on the device of q ({q.device}), got {descale.device}")
+    if tuple(descale.shape) != (batch, heads):
+        raise ValueError(f"{name} must have shape (batch_size, {'nheads' if name == 'q_descale' else 'nheads_k'}) = "
+                         f"({batch}, {heads}), got {tuple(descale.shape)}")
+    if descale.requires_grad:
+        raise NotImplementedError(f"{name} requires grad: the fp8 (float8_e4m3fn) attention is forward only; "
+                                  "its backward is not implemented")
+    return descale.contiguous()
+
+
+def _refuse_for_fp8(q, k, v, **given) -> None:
+    """NotImplementedError naming what the fp8 forward does not do: a gradient, the training
+    features, packed batches and the ablation switches (`given`: name -> whether it is in use)."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise NotImplementedError("the fp8 (float8_e4m3fn) attention is forward only: its backward is not "
+                                  "implemented (q, k or v requires grad)")
+    used = [name for name, on in given.items() if on]
+    if used:
+        raise NotImplementedError(f"{', '.join(used)} not supported with fp8 (float8_e4m3fn) inputs: the fp8 "
+                                  "forward has the causal mask, softmax_scale, return_lse and fwd_tiles only")
+
+
+def _negated_fp8(t: torch.Tensor) -> torch.Tensor:
+    """-t for float8_e4m3fn (torch has no neg for it): the sign bit flipped, exactly."""
+    return (t.view(torch.uint8) ^ 0x80).view(t.dtype)
+
+
 def _draw_dropout_seed(device: torch.device) -> torch.Tensor:
     """One Philox seed from torch's default generator of `device` (drawn there: no host-device
     copy), so torch.manual_seed reproduces the mask."""
@@ -267,7 +329,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                     recompute: bool = True, deferred_rescale: bool = True, seq_parallel: bool = True,
                     skip_masked_tiles: bool = True, algorithm: str = "fa2",
                     cu_seqlens_q: torch.Tensor | None = None, cu_seqlens_k: torch.Tensor | None = None,
-                    max_seqlen_q: int = 0, max_seqlen_k: int = 0):
+                    max_seqlen_q: int = 0, max_seqlen_k: int = 0, q_descale: torch.Tensor | None = None,
+                    k_descale: torch.Tensor | None = None, v_descale: torch.Tensor | None = None):
     """Exact attention softmax(q k^T * scale) v with FlashAttention-2 kernels (or FlashAttention-1's).
 
     Args:
@@ -337,10 +400,33 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         each sequence at the top left. Not with algorithm="fa1", recompute=False or
         seq_parallel=False (NotImplementedError).
 
-    Returns o (B, H, Nq, D), laid out like q where q is dense, then lse with return_lse, then
-    the probabilities with return_probs (a tuple when either is set).
+    fp8 (e4m3) forward, keyword-only descales (FlashAttention-3's convention):
+        q, k, v may all be torch.float8_e4m3fn; the true inputs are then q * q_descale[b, h],
+        k * k_descale[b, hkv], v * v_descale[b, hkv].
+        q_descale: float32 (B, H); k_descale, v_descale: float32 (B, Hkv); on q's device; None
+            means 1.0. They must be >= 0 (not checked: that would wait for the device). With
+            float16/bfloat16 inputs a descale is a ValueError.
+        The output is bfloat16 (as FlashAttention-3's), lse float32. Q K^T runs in fp8 with
+        float32 accumulation, scaled by softmax_scale * q_descale * k_descale; P is rounded to
+        e4m3 for P V (as FlashAttention-3 does; the row sums are those of the float32 P), which
+        bounds the accuracy: about 2-3 % relative RMS error of the output against the float64
+        attention of the dequantised inputs (notes/fp8_probe_trial_h200.csv). V is copied into
+        a (B, Hkv, D, Nk) transposed layout on every call (fp8 tensor cores want P V's V with
+        the keys contiguous). Forward only: q, k or v requiring grad raises NotImplementedError,
+        as do the training features, return_probs, packed batches, algorithm="fa1", bwd_tiles
+        and the ablation switches (recompute, deferred_rescale, seq_parallel,
+        skip_masked_tiles, atomic_dq away from their defaults); `deterministic` is accepted (the
+        forward is deterministic). `flash_attn_func` and the rest of
+        flash-attn 2.8's API take float16/bfloat16 only.
+
+    Returns o (B, H, Nq, D), laid out like q where q is dense (bfloat16 for fp8 inputs), then
+    lse with return_lse, then the probabilities with return_probs (a tuple when either is set).
     """
-    check_inputs(q, k, v)
+    check_inputs(q, k, v, fp8=True)
+    fp8 = q.dtype == FP8_DTYPE
+    if not fp8 and any(d is not None for d in (q_descale, k_descale, v_descale)):
+        raise ValueError(f"q_descale, k_descale and v_descale are for torch.float8_e4m3fn inputs; q, k, v have "
+                         f"dtype {q.dtype}")
     _check_algorithm(algorithm)
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     batch = _check_varlen_args(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) if varlen else q.shape[0]
@@ -373,10 +459,32 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         # the unscaled scores times the scale; a negative scale would turn that into the minimum
         # (exp overflow, NaN). Scaling -q by |scale| gives the same scores, and the gradient flows
         # back through the negation.
-        q, softmax_scale = q.neg(), -softmax_scale
+        q, softmax_scale = (_negated_fp8(q) if fp8 else q.neg()), -softmax_scale
     for name, tiles in (("fwd_tiles", fwd_tiles), ("bwd_tiles", bwd_tiles)):
         if tiles is not None and not isinstance(tiles, TileConfig):
             raise ValueError(f"{name} must be a kernels.TileConfig or None, got {type(tiles).__name__}")
+    if fp8:
+        _refuse_for_fp8(q, k, v, window_size=(window_left, window_right) != (-1, -1), softcap=softcap > 0,
+                        alibi_slopes=alibi is not None, dropout_p=dropout_p > 0, return_probs=bool(return_probs),
+                        **{"cu_seqlens_q/cu_seqlens_k (packed batches)": varlen,
+                           "algorithm='fa1'": algorithm == "fa1", "bwd_tiles": bwd_tiles is not None,
+                           "atomic_dq=True": bool(atomic_dq), "recompute=False": not recompute,
+                           "deferred_rescale=False": not deferred_rescale, "seq_parallel=False": not seq_parallel,
+                           "skip_masked_tiles=False": not skip_masked_tiles})
+        kv_heads = k.shape[1]
+        descales = (_check_descale("q_descale", q_descale, batch, q.shape[1], q),
+                    _check_descale("k_descale", k_descale, batch, kv_heads, q),
+                    _check_descale("v_descale", v_descale, batch, kv_heads, q))
+        if q.numel() == 0:
+            out = torch.empty_like(q, dtype=torch.bfloat16)
+            lse = q.new_empty(q.shape[:3], dtype=torch.float32)
+            return (out, lse) if return_lse else out
+        opts = AttentionOptions(softmax_scale=float(softmax_scale), causal=bool(causal),
+                                fwd_tiles=_tile_list(fwd_tiles or default_tiles(head_dim, "fwd", fp8=True)),
+                                fit_fwd_tiles=fwd_tiles is None)
+        forward = torch.ops.flash_attn_triton.fwd_fp8 if torch.compiler.is_compiling() else _fp8_forward_impl
+        out, lse = forward(q, k, v, *descales, opts.encode())
+        return (out, lse) if return_lse else out
     # Default configs may step down where a switch needs more on-chip memory; explicit ones may not.
     opts = AttentionOptions(
         softmax_scale=float(softmax_scale), causal=bool(causal), window_left=window_left, window_right=window_right,

@@ -65,16 +65,29 @@ _DEFAULTS = {
 # With dropout the forward keeps the Philox state beside the tile: at head dim 128 the 128 x 128
 # tile spills (288 bytes per thread), 128 x 64 does not (and runs as fast without dropout).
 _DROPOUT_FWD = {128: TileConfig(128, 64, 8, 3)}
+# The fp8 (e4m3) forward, from the probe on the H200 (notes/fp8_probe_trial_h200.csv, variant b,
+# seqlen 4k and 16k, full and causal) and the sm_90 compile of the engine's kernel
+# (tests/sm90_compile.py): d128 (128, 128, 8, 3) was the fastest there (1.50-1.55x our fp16
+# forward) and compiles without spills when Nq and Nk are multiples of 16 (ragged lengths spill
+# 88-572 bytes). At d64 the probe's fastest, (128, 128, 4, 3), spills 200-1500 bytes in the
+# engine's kernel; (128, 64, 4, 3) does not and measured within 3-7 % of it (faster causal at
+# 4k). 16 and 32 take the 64 entry; 256 is sized like the fp16 one (not measured).
+_FP8_FWD = {16: TileConfig(128, 64, 4, 3), 32: TileConfig(128, 64, 4, 3), 64: TileConfig(128, 64, 4, 3),
+            128: TileConfig(128, 128, 8, 3), 256: TileConfig(64, 64, 8, 2)}
 
 
-def default_tiles(head_dim: int, pass_: str, dropout: bool = False) -> TileConfig:
+def default_tiles(head_dim: int, pass_: str, dropout: bool = False, fp8: bool = False) -> TileConfig:
     """The engine's tile config for `pass_` ("fwd" or "bwd") at this (unpadded) head dim, with or
-    without dropout."""
+    without dropout; `fp8`: the fp8 forward's (forward only)."""
     if pass_ not in _DEFAULTS:
         raise ValueError(f"pass_ must be 'fwd' or 'bwd', got {pass_!r}")
     if not 1 <= head_dim <= MAX_HEAD_DIM:
         raise ValueError(f"head dim must be in [1, {MAX_HEAD_DIM}], got {head_dim}")
     padded = padded_head_dim(head_dim)
+    if fp8:
+        if pass_ != "fwd" or dropout:
+            raise ValueError("the fp8 tiles are for the forward without dropout")
+        return _FP8_FWD[padded]
     if dropout and pass_ == "fwd" and padded in _DROPOUT_FWD:
         return _DROPOUT_FWD[padded]
     return _DEFAULTS[pass_][padded]

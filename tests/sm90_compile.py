@@ -84,8 +84,8 @@ def recorded_launches():
 
 
 # the kernels the host code launches (helpers, called only from kernels, stay in place)
-KERNELS = {"_attn_fwd", "_attn_probs", "_attn_bwd_delta", "_attn_bwd_dkdv", "_attn_bwd_dq", "_decode_fwd",
-           "_decode_combine"}
+KERNELS = {"_attn_fwd", "_transpose_rows", "_attn_probs", "_attn_bwd_delta", "_attn_bwd_dkdv", "_attn_bwd_dq",
+           "_decode_fwd", "_decode_combine"}
 
 
 @dataclass
@@ -146,7 +146,7 @@ def launches_of(fn, *args, **kwargs) -> list[Launch]:
 def check_cases():
     """(label, launches) of the configurations every kernel must compile in: each head dim class,
     each feature and their combination, causal and not, atomic dQ, the probabilities kernel and
-    the decoding kernels (split and combine)."""
+    the decoding kernels (split and combine), and the fp8 forward at each head dim class."""
     from kernels import flash_attention
     from kernels._decode import decode_forward
 
@@ -169,6 +169,14 @@ def check_cases():
         decode_forward(q, cache, cache, torch.tensor([4000, 100], dtype=torch.int32), None, None, None,
                        torch.rand(2, 8), 0.1, True, (-1, -1), 5.0, 0, 4000)
     cases.append(("decoding, softcap and ALiBi", list(launches)))
+    # the fp8 forward (default tiles), GQA, per-head descales; lengths a multiple of 16 as in the
+    # measurements (ragged ones compile too, with more spills: the last case)
+    for head_dim, n, causal in [(d, 1024, c) for d in (16, 40, 64, 128, 256) for c in (False, True)] + [(128, 300, True)]:
+        q8 = torch.randn(2, 4, n, head_dim).to(torch.float8_e4m3fn)
+        k8, v8 = (torch.randn(2, 2, n, head_dim).to(torch.float8_e4m3fn) for _ in range(2))
+        descales = dict(q_descale=torch.rand(2, 4), k_descale=torch.rand(2, 2), v_descale=torch.rand(2, 2))
+        label = f"d{head_dim} fp8{' causal' if causal else ''}{', ragged' if n % 16 else ''}"
+        cases.append((label, launches_of(flash_attention, q8, k8, v8, causal=causal, **descales)))
     return cases
 
 

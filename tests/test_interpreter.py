@@ -1,4 +1,4 @@
-"""The interpreter fixes in kernels/_interpreter.py: bf16 casts round as the GPU does, bf16 dots are exact.
+"""The interpreter fixes in kernels/_interpreter.py: bf16 and e4m3 casts round as the GPU does, bf16 dots are exact.
 
 On a CUDA host the kernels are compiled and these check the GPU itself, which must agree too.
 """
@@ -42,6 +42,21 @@ def test_bf16_dot_matches_float32_product_of_the_same_values():
     c = torch.empty(32, 32, device=DEVICE, dtype=torch.float32)
     _bf16_dot[(1,)](a, b, c, N=32)
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-5, atol=1e-5)
+
+
+@triton.jit
+def _to_e4m3(x_ptr, y_ptr, N: tl.constexpr):
+    offsets = tl.arange(0, N)
+    tl.store(y_ptr + offsets, tl.load(x_ptr + offsets).to(tl.float8e4nv))
+
+
+def test_float32_to_e4m3_rounds_to_nearest_even_like_torch():
+    """The fp8 forward rounds P (in [0, 1]) to e4m3; normal and subnormal values, and ties."""
+    x = torch.rand(4096, device=DEVICE) * 2.0 ** torch.randint(-12, 1, (4096,), device=DEVICE).float()
+    x[:4] = torch.tensor([1.0625, 1.1875, 2.0**-7 + 2.0**-10, -0.3])  # ties to even (up and down), subnormal
+    y = torch.empty(4096, device=DEVICE, dtype=torch.float8_e4m3fn)
+    _to_e4m3[(1,)](x, y, N=4096)
+    assert torch.equal(y.view(torch.uint8), x.to(torch.float8_e4m3fn).view(torch.uint8))
 
 
 KERNEL_MODULES = ["kernels._forward", "kernels._backward", "kernels._features", "kernels._fa1", "kernels._decode"]
