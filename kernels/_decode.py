@@ -34,6 +34,7 @@ import triton
 import triton.language as tl
 
 from kernels._features import _LOG2E, _tanh
+from kernels._launch import launch_kernel
 from kernels.tiles import padded_head_dim
 
 LN2 = 0.6931471805599453
@@ -258,7 +259,7 @@ def decode_forward(q, k_cache, v_cache, seqlens_k, leftpad, batch_idx, block_tab
     left, right = window
     if causal:
         right = 0
-    _decode_fwd[(m_blocks * batch * kv_heads, num_splits)](
+    launch_kernel(_decode_fwd, (m_blocks * batch * kv_heads, num_splits),
         q, k_cache, v_cache, out, lse, o_part, lse_part,
         seqlens_k, leftpad if leftpad is not None else dummy, batch_idx if batch_idx is not None else dummy,
         block_table if paged else dummy, alibi if alibi is not None else lse,
@@ -271,7 +272,7 @@ def decode_forward(q, k_cache, v_cache, seqlens_k, leftpad, batch_idx, block_tab
         SOFTCAP=softcap > 0, ALIBI=alibi is not None, NUM_SPLITS=num_splits,
         num_warps=num_warps, num_stages=num_stages)
     if num_splits > 1:
-        _decode_combine[(batch * n_q * heads,)](
+        launch_kernel(_decode_combine, (batch * n_q * heads,),
             o_part, lse_part, out, lse, *out.stride(), batch, heads, n_q, num_splits,
             HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, SPLITS_PAD=max(16, triton.next_power_of_2(num_splits)),
             num_warps=4)

@@ -63,6 +63,7 @@ import triton.language as tl
 
 from kernels._backward import _attn_bwd_delta, _query_bounds
 from kernels._forward import LOG2E, _load_tile
+from kernels._launch import launch_kernel
 from kernels.tiles import MAX_HEAD_DIM, TileConfig, launch_fitting, padded_head_dim
 
 # (block_m, block_n, num_warps, num_stages) per padded head dim. block_m is the streamed query
@@ -242,7 +243,7 @@ def fa1_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale
     row_max = torch.full((batch, heads, n_q), float("-inf"), device=q.device, dtype=torch.float32)
 
     def launch(config: TileConfig) -> None:
-        _fa1_fwd[(batch * heads,)](
+        launch_kernel(_fa1_fwd, (batch * heads,),
             q, k, v, out, lse, o_acc, row_sum, row_max,
             *q.stride(), *k.stride(), *v.stride(), *out.stride(),
             heads, heads // kv_heads, n_q, n_k, softmax_scale * LOG2E,
@@ -386,7 +387,7 @@ def fa1_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Te
     dv = torch.empty_like(v)
     delta = torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32)
     delta_block = 64
-    _attn_bwd_delta[(triton.cdiv(n_q, delta_block) * batch * heads,)](
+    launch_kernel(_attn_bwd_delta, (triton.cdiv(n_q, delta_block) * batch * heads,),
         out, do, delta, delta, *out.stride(), *do.stride(), heads, n_q, delta, n_q,
         HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=delta_block, VARLEN=False, ZERO_DQ=False)
 
@@ -399,7 +400,7 @@ def fa1_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Te
 
     def launch(config: TileConfig) -> None:
         dq_acc.zero_()  # Algorithm 4: dQ = 0 in HBM; once per launch attempt
-        _fa1_bwd[(batch * heads,)](
+        launch_kernel(_fa1_bwd, (batch * heads,),
             q, k, v, do, dk_heads, dv_heads, dq_acc, lse, delta,
             *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk_heads.stride(), *dv_heads.stride(),
             heads, group, n_q, n_k, softmax_scale * LOG2E, softmax_scale,

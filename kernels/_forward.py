@@ -52,6 +52,7 @@ import triton.language as tl
 
 from kernels._features import (LOG2E, _dropout_keep, _scores, _sees_a_key, _visible,  # noqa: F401
                                _window_key_bounds)
+from kernels._launch import launch_kernel
 from kernels.options import AttentionOptions, feature_switches
 from kernels.tiles import TileConfig, launch_fitting, padded_head_dim
 
@@ -424,8 +425,8 @@ def transposed_keys(v: torch.Tensor) -> torch.Tensor:
     src, dst = v.view(as_int), padded.view(as_int)
     block_n, block_d = 64, 64
     grid = (triton.cdiv(n_k, block_n), triton.cdiv(head_dim, block_d), batch * heads)
-    _transpose_rows[grid](src, dst, n_k, head_dim, *src.stride(), dst.stride(0), dst.stride(1), dst.stride(2),
-                          heads, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=4)
+    launch_kernel(_transpose_rows, grid, src, dst, n_k, head_dim, *src.stride(), dst.stride(0), dst.stride(1),
+                  dst.stride(2), heads, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=4)
     return vt
 
 
@@ -482,7 +483,7 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: A
 
     def launch(config: TileConfig) -> None:
         grid = (triton.cdiv(n_q, config.block_m) * batch * heads,) if opts.seq_parallel else (batch * heads,)
-        _attn_fwd[grid](
+        launch_kernel(_attn_fwd, grid,
             q, k, v, out, lse, scores,
             *strides(q, varlen), *strides(k, varlen), *v_strides, *strides(out, varlen),
             heads, heads // kv_heads, n_q, n_k, opts.softmax_scale * LOG2E,
@@ -581,7 +582,7 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, opts: A
     kv_heads = k.shape[1]
     probs = torch.zeros((batch, heads, n_q, n_k), device=q.device, dtype=torch.float32)
     block_m, block_n = 16, 32
-    _attn_probs[(triton.cdiv(n_q, block_m) * batch * heads,)](
+    launch_kernel(_attn_probs, (triton.cdiv(n_q, block_m) * batch * heads,),
         q, k, lse, probs, *strides(q, varlen), *strides(k, varlen), heads, heads // kv_heads, n_q, n_k,
         opts.softmax_scale * LOG2E,
         HEAD_DIM=head_dim, HEAD_DIM_PAD=padded_head_dim(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,

@@ -1,0 +1,136 @@
+"""Launch Triton kernels with less host time: cached compiled kernels are launched directly.
+
+`kernel[grid](*args, **kwargs)` binds and specialises every argument, builds the cache key and
+looks the compiled kernel up on every call. With the 20-70 arguments of our kernels that costs
+more host time than the launch itself (notes/launch_profile_h200.txt: 32 us through the JIT for
+40 arguments, 6 us for the compiled kernel's own launcher), and at short sequences the host's
+time is the call's time.
+
+`launch_kernel(kernel, grid, *args, **kwargs)` does what `kernel[grid](*args, **kwargs)` does.
+The first call with a given *signature* goes through Triton's JIT (which compiles or finds the
+kernel, and launches it); the compiled kernel is kept under that signature, and later calls with
+the same signature hand their arguments straight to its launcher.
+
+The signature is finer than Triton's specialisation key, so one signature never stands for two
+compiled kernels: the type of every argument, every non-tensor argument by exact value (Triton
+specialises an int by whether it is 1, divisible by 16 and fits 32 bits, and a constexpr by
+value), every tensor by dtype and whether its address is 16-byte aligned (what Triton
+specialises a pointer on), the launch options (num_warps, num_stages), the keyword names and the
+device. A stride or length not seen before costs one JIT call, never a wrong kernel. The
+kernel's `triton.heuristics` are computed on the JIT call and kept with the signature: they must
+depend on non-tensor arguments only (ours read lengths, tile sizes and switches).
+
+The JIT path is kept where the direct one would skip something: with `enabled` False, with a
+Triton launch hook installed (profilers), and for anything that is not a JIT function (the
+interpreter's kernels, the compile check's recorders).
+"""
+
+from __future__ import annotations
+
+from operator import itemgetter
+
+import torch
+from triton import knobs
+from triton.runtime.autotuner import Heuristics
+from triton.runtime.jit import JITFunction
+
+# Signatures kept per process; a training loop uses a handful. Past the bound the cache is cleared
+# and refilled (one JIT call per signature again), so a stream of new shapes cannot grow it.
+MAX_SIGNATURES = 4096
+
+enabled = True  # False: every launch through Triton's JIT (to time the difference)
+
+_sites: dict = {}  # (kernel, argument types, keyword names) -> _Site, or None where the JIT must run
+_compiled: dict = {}  # signature -> (CompiledKernel, values of the parameters the call leaves out)
+
+
+def _getter(indices: list[int]):
+    """A function returning the items at `indices` of a sequence, always as a tuple."""
+    if not indices:
+        return lambda seq: ()
+    if len(indices) == 1:
+        index = indices[0]
+        return lambda seq: (seq[index],)
+    return itemgetter(*indices)
+
+
+class _Site:
+    """How the arguments of one kind of call (`kernel`, the argument types, the keyword names)
+    map to the kernel's parameters. `full` below is args + the keyword values, in call order."""
+
+    def __init__(self, kernel, types: tuple, n_args: int, keywords: tuple):
+        heuristics, fn = [], kernel
+        while isinstance(fn, Heuristics):
+            heuristics.append(fn.values)
+            fn = fn.fn
+        self.fn, self.heuristics, self.n_args, self.keywords = fn, heuristics, n_args, keywords
+        computed = {name for rules in heuristics for name in rules}
+        given = {name: i for i, name in enumerate(fn.arg_names[:n_args])}
+        given.update({name: n_args + i for i, name in enumerate(keywords)})
+        self.left_out = [name for name in fn.arg_names if name not in given or name in computed]
+        full_length = n_args + len(keywords)
+        order = [full_length + self.left_out.index(name) if name in self.left_out else given[name]
+                 for name in fn.arg_names]
+        self.ordered = _getter(order)
+        tensors = [i for i, t in enumerate(types) if issubclass(t, torch.Tensor)]
+        self.tensors = _getter(tensors)
+        self.scalars = _getter([i for i in range(full_length) if i not in tensors])
+        self.defaults = {p.name: p.default for p in fn.params if p.has_default}
+
+    def left_out_values(self, args: tuple, kwargs: dict) -> tuple:
+        """The values Triton's run gives the parameters the call leaves out: heuristics, defaults."""
+        bound = dict(zip(self.fn.arg_names, args))
+        bound.update(kwargs)
+        for rules in self.heuristics:  # as Heuristics.run computes them, outermost first
+            for name, rule in rules.items():
+                bound[name] = rule(bound)
+        return tuple(bound[name] if name in bound else self.defaults[name] for name in self.left_out)
+
+
+def _hooks_set() -> bool:
+    """Whether a launch hook is installed (Triton 3.6 keeps them as HookChains, empty by default)."""
+    return any(getattr(hook, "calls", hook) for hook in (knobs.runtime.launch_enter_hook,
+                                                          knobs.runtime.launch_exit_hook))
+
+
+def _site(kernel, types: tuple, n_args: int, keywords: tuple):
+    key = (kernel, types, keywords)
+    try:
+        return _sites[key]
+    except KeyError:
+        pass
+    fn = kernel
+    while isinstance(fn, Heuristics):
+        fn = fn.fn
+    site = _sites[key] = _Site(kernel, types, n_args, keywords) if isinstance(fn, JITFunction) else None
+    return site
+
+
+def launch_kernel(kernel, grid: tuple, *args, **kwargs):
+    """`kernel[grid](*args, **kwargs)`, launching a cached compiled kernel directly when one
+    matches the call's signature (see the module docstring). Returns the compiled kernel."""
+    if not enabled or not isinstance(kernel, (JITFunction, Heuristics)) or _hooks_set():
+        return kernel[grid](*args, **kwargs)
+    full = args + tuple(kwargs.values())
+    types = tuple(map(type, full))
+    keywords = tuple(kwargs)
+    site = _site(kernel, types, len(args), keywords)
+    if site is None:
+        return kernel[grid](*args, **kwargs)
+    device = torch.cuda.current_device()
+    signature = (kernel, types, keywords, device, site.scalars(full),
+                 tuple([(t.dtype, t.data_ptr() & 15 == 0) for t in site.tensors(full)]))
+    entry = _compiled.get(signature)
+    if entry is None:
+        compiled = kernel[grid](*args, **kwargs)
+        if len(_compiled) >= MAX_SIGNATURES:
+            _compiled.clear()
+        _compiled[signature] = (compiled, site.left_out_values(args, kwargs))
+        return compiled
+    compiled, left_out = entry
+    stream = torch.cuda.current_stream(device).cuda_stream
+    grid_y = grid[1] if len(grid) > 1 else 1
+    grid_z = grid[2] if len(grid) > 2 else 1
+    compiled.run(grid[0], grid_y, grid_z, stream, compiled.function, compiled.packed_metadata, None, None, None,
+                 *site.ordered(full + left_out))
+    return compiled

@@ -1,0 +1,171 @@
+"""kernels._launch: cached compiled kernels launched directly, never the wrong one.
+
+On the CPU the direct path is exercised with a stand-in for Triton's JIT launch (which needs a
+GPU): a real `triton.jit` function under `triton.heuristics`, whose `kernel[grid](...)` returns
+a fake compiled kernel that records what its launcher receives. The tests check that the
+launcher gets every parameter in the kernel's order (heuristics and defaults included), and that
+any change Triton would specialise on (an int's value, a pointer's alignment or dtype, a
+constexpr, the launch options, an argument's type) goes back through the JIT. On a GPU, ours'
+results with direct launches equal those through the JIT bit for bit, misaligned inputs included.
+"""
+import types
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from triton.runtime.autotuner import Heuristics
+from triton.runtime.jit import JITFunction, KernelInterface
+
+import kernels._launch as launch_module
+from kernels import attention_reference, flash_attention
+from kernels._launch import launch_kernel
+
+HAS_CUDA = torch.cuda.is_available()
+
+
+def _toy(X, Y, n, scale, stride, FLAG: tl.constexpr, BLOCK: tl.constexpr, EVEN: tl.constexpr, LAST: tl.constexpr = 7):
+    pass
+
+
+class _FakeCompiled:
+    function, packed_metadata = "function", "metadata"
+
+    def __init__(self, log):
+        self.log = log
+
+    def run(self, *args):
+        self.log.append(("direct", args))
+
+
+@pytest.fixture
+def fake_jit(monkeypatch):
+    """A heuristics-wrapped JITFunction whose JIT launch is recorded, on a pretend CUDA device."""
+    log = []
+    kernel = Heuristics(JITFunction(_toy), ["X", "Y", "n", "scale", "stride", "FLAG", "BLOCK", "EVEN", "LAST"],
+                        {"EVEN": lambda args: args["n"] % args["BLOCK"] == 0})
+
+    def getitem(self, grid):
+        def jit_launch(*args, **kwargs):
+            log.append(("jit", args, kwargs))
+            return _FakeCompiled(log)
+        return jit_launch
+
+    monkeypatch.setattr(KernelInterface, "__getitem__", getitem)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: types.SimpleNamespace(cuda_stream=1234))
+    monkeypatch.setattr(launch_module, "_compiled", {})
+    monkeypatch.setattr(launch_module, "_sites", {})
+    monkeypatch.setattr(launch_module, "enabled", True)
+    return kernel, log
+
+
+def _kinds(log):
+    return [entry[0] for entry in log]
+
+
+def test_a_repeated_call_launches_directly_with_every_parameter_in_order(fake_jit):
+    kernel, log = fake_jit
+    x, y = torch.zeros(64), torch.zeros(64, dtype=torch.float16)
+    for _ in range(3):
+        launch_kernel(kernel, (5, 2), x, y, 64, 0.5, 32, FLAG=True, BLOCK=16, num_warps=4)
+    assert _kinds(log) == ["jit", "direct", "direct"]
+    args = log[1][1]
+    assert args[:9] == (5, 2, 1, 1234, "function", "metadata", None, None, None)
+    # X, Y, n, scale, stride, FLAG, BLOCK, EVEN (the heuristic's value), LAST (its default)
+    assert args[9:11] == (x, y) and args[11:] == (64, 0.5, 32, True, 16, True, 7)
+
+
+@pytest.mark.parametrize("change", ["int_value", "int_to_one", "alignment", "dtype", "constexpr", "option",
+                                    "type", "keyword_order", "heuristic_input"])
+def test_whatever_triton_specialises_on_goes_back_through_the_jit(fake_jit, change):
+    kernel, log = fake_jit
+    x, y = torch.zeros(64), torch.zeros(64, dtype=torch.float16)
+    call = dict(args=[x, y, 64, 0.5, 32], kwargs=dict(FLAG=True, BLOCK=16, num_warps=4))
+    launch_kernel(kernel, (1,), *call["args"], **call["kwargs"])
+    launch_kernel(kernel, (1,), *call["args"], **call["kwargs"])
+    args, kwargs = list(call["args"]), dict(call["kwargs"])
+    if change == "int_value":
+        args[4] = 48  # still divisible by 16: Triton's key would not change, ours does (finer is safe)
+    elif change == "int_to_one":
+        args[4] = 1
+    elif change == "alignment":
+        args[1] = torch.zeros(65, dtype=torch.float16)[1:]  # address 2 bytes past an aligned one
+    elif change == "dtype":
+        args[0] = torch.zeros(64, dtype=torch.float64)
+    elif change == "constexpr":
+        kwargs["FLAG"] = False
+    elif change == "option":
+        kwargs["num_warps"] = 8
+    elif change == "type":
+        args[2] = 64.0  # equal to 64 as a Python value, a float to Triton
+    elif change == "keyword_order":
+        kwargs = dict(BLOCK=16, FLAG=True, num_warps=4)
+    elif change == "heuristic_input":
+        args[2] = 72  # EVEN flips
+    launch_kernel(kernel, (1,), *args, **kwargs)
+    assert _kinds(log) == ["jit", "direct", "jit"]
+    launch_kernel(kernel, (1,), *args, **kwargs)
+    assert _kinds(log) == ["jit", "direct", "jit", "direct"]
+    if change == "heuristic_input":
+        assert log[-1][1][9 + 7] is False  # EVEN recomputed for the new signature
+
+
+def test_launch_hooks_and_the_switch_keep_the_jit_path(fake_jit, monkeypatch):
+    kernel, log = fake_jit
+    x, y = torch.zeros(64), torch.zeros(64, dtype=torch.float16)
+
+    def call():
+        launch_kernel(kernel, (1,), x, y, 64, 0.5, 32, FLAG=True, BLOCK=16)
+
+    call()
+    monkeypatch.setattr(launch_module, "enabled", False)
+    call()
+    monkeypatch.setattr(launch_module, "enabled", True)
+    hook = triton.knobs.runtime.launch_enter_hook
+    hook.add(print)
+    try:
+        call()
+    finally:
+        hook.remove(print)
+    call()
+    assert _kinds(log) == ["jit", "jit", "jit", "direct"]
+
+
+def test_the_signature_cache_is_bounded(fake_jit, monkeypatch):
+    kernel, log = fake_jit
+    monkeypatch.setattr(launch_module, "MAX_SIGNATURES", 4)
+    x, y = torch.zeros(64), torch.zeros(64, dtype=torch.float16)
+    for n in range(10):
+        launch_kernel(kernel, (1,), x, y, n, 0.5, 32, FLAG=True, BLOCK=16)
+    assert len(launch_module._compiled) <= 4
+    assert _kinds(log) == ["jit"] * 10
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="direct launches need a GPU")
+@pytest.mark.parametrize("misaligned", [False, True])
+def test_ours_with_direct_launches_equals_the_jit_path_bit_for_bit(misaligned, monkeypatch):
+    torch.manual_seed(0)
+    shape = (2, 3, 77, 64)
+
+    def inputs():
+        if misaligned:  # views whose addresses are 2 bytes past a 16-byte boundary
+            return [torch.randn(2 * 3 * 77 * 64 + 1, device="cuda", dtype=torch.float16)[1:].view(shape)
+                    .requires_grad_() for _ in range(3)]
+        return [torch.randn(shape, device="cuda", dtype=torch.float16, requires_grad=True) for _ in range(3)]
+
+    q, k, v = inputs()
+    d_out = torch.randn(shape, device="cuda", dtype=torch.float16)
+
+    def run():
+        out = flash_attention(q, k, v, causal=True)
+        return (out, *torch.autograd.grad(out, (q, k, v), d_out))
+
+    monkeypatch.setattr(launch_module, "enabled", False)
+    through_jit = run()
+    monkeypatch.setattr(launch_module, "enabled", True)
+    first, second = run(), run()  # the second is launched directly
+    for a, b, c in zip(through_jit, first, second):
+        assert torch.equal(a, b) and torch.equal(a, c)
+    ref = attention_reference(q.double(), k.double(), v.double(), causal=True)
+    assert (second[0].double() - ref).abs().max() < 1e-2
