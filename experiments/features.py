@@ -7,6 +7,8 @@ Arms (the rows' `variant` names the feature and its parameter; `provider` who ru
   softcap<c>       tanh soft-capping of the scaled scores, c * tanh(s / c); ours, and flex's score_mod
   alibi            ALiBi, bias -slope_h * |i - j| with the paper's slopes 2^(-8 h / H); ours, flex score_mod
   dropout<p>       dropout p; ours (Philox), and sdpa_flash (PyTorch's CUDA FlashAttention-2) with dropout_p
+  dropout_atomic_dq<p>  ours with dropout p and atomic_dq=True (forward+backward only): dQ accumulated in
+                   the dK/dV kernel, so the backward regenerates the dropout mask once instead of twice
   varlen           a batch of sequences of mixed lengths packed into one run of tokens: ours through
                    flash_attn_varlen_func, flex on the packed tokens with a document mask (& causal)
   padded           the same sequences as a dense batch padded to the longest: ours' flash_attention on
@@ -103,6 +105,9 @@ def cells(s: dict) -> list[Cell]:
                 dropout = (("dropout_p", float(s["dropout_p"])),)
                 add("ours", mode, causal, dropout_variant(s["dropout_p"]), dropout, **shape)
                 add("sdpa_flash", mode, causal, dropout_variant(s["dropout_p"]), dropout, **shape)
+                if mode == "fwd_bwd":
+                    add("ours", mode, causal, f"dropout_atomic_dq{s['dropout_p']:g}", dropout + (("atomic_dq", True),),
+                        **shape)
     if "varlen" in include:
         v = s["varlen"]
         lengths = varlen_lengths(v["sequences"], v["min_len"], v["max_len"], v["seed"])
@@ -212,6 +217,8 @@ def _ours(cell, device):
         kwargs["alibi_slopes"] = _slopes(cell, device)
     if "dropout_p" in options:
         kwargs["dropout_p"] = options["dropout_p"]
+    if options.get("atomic_dq"):
+        kwargs["atomic_dq"] = True
 
     def run(q, k, v):
         return flash_attention(q, k, v, causal=cell.causal, **kwargs)

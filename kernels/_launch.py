@@ -87,6 +87,13 @@ class _Site:
         return tuple(bound[name] if name in bound else self.defaults[name] for name in self.left_out)
 
 
+def _device_and_stream() -> tuple[int, int]:
+    """The current CUDA device and its current stream's handle, as Triton's launcher takes it
+    (the calls Triton's own driver makes, without torch.cuda's Python wrappers)."""
+    device = torch._C._cuda_getDevice()
+    return device, torch._C._cuda_getCurrentRawStream(device)
+
+
 def _hooks_set() -> bool:
     """Whether a launch hook is installed (Triton 3.6 keeps them as HookChains, empty by default)."""
     return any(getattr(hook, "calls", hook) for hook in (knobs.runtime.launch_enter_hook,
@@ -117,7 +124,7 @@ def launch_kernel(kernel, grid: tuple, *args, **kwargs):
     site = _site(kernel, types, len(args), keywords)
     if site is None:
         return kernel[grid](*args, **kwargs)
-    device = torch.cuda.current_device()
+    device, stream = _device_and_stream()
     signature = (kernel, types, keywords, device, site.scalars(full),
                  tuple([(t.dtype, t.data_ptr() & 15 == 0) for t in site.tensors(full)]))
     entry = _compiled.get(signature)
@@ -128,7 +135,6 @@ def launch_kernel(kernel, grid: tuple, *args, **kwargs):
         _compiled[signature] = (compiled, site.left_out_values(args, kwargs))
         return compiled
     compiled, left_out = entry
-    stream = torch.cuda.current_stream(device).cuda_stream
     grid_y = grid[1] if len(grid) > 1 else 1
     grid_z = grid[2] if len(grid) > 2 else 1
     compiled.run(grid[0], grid_y, grid_z, stream, compiled.function, compiled.packed_metadata, None, None, None,

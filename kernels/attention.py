@@ -105,9 +105,14 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, fp8: bool = 
 # torch.library ops: one per pass; tile configs travel as ints so the schema stays simple.
 # --------------------------------------------------------------------------------------------
 
+_STAY = contextlib.nullcontext()
+
+
 def _launch_device(t: torch.Tensor):
     """Triton launches on the current CUDA device: make it the inputs' (e.g. tensors on cuda:1)."""
-    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
+    if t.is_cuda and t.device.index != torch._C._cuda_getDevice():
+        return torch.cuda.device(t.device)
+    return _STAY
 
 
 def _check_algorithm(algorithm: str) -> None:
@@ -199,10 +204,13 @@ class FlashAttentionFunction(torch.autograd.Function):
         ctx.save_for_backward(q, k, v, out, lse, scores, alibi_slopes, dropout_seed, cu_seqlens_q, cu_seqlens_k)
         ctx.options = options
         ctx.mark_non_differentiable(lse)
+        ctx.set_materialize_grads(False)  # no zero-filled gradient for lse on every backward
         return out, lse
 
     @staticmethod
     def backward(ctx, d_out, d_lse):
+        if d_out is None:  # the output reached the loss only through lse, which carries no gradient
+            return None, None, None, None, None, None, None, None
         q, k, v, out, lse, scores, alibi_slopes, dropout_seed, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
         backward = torch.ops.flash_attn_triton.bwd if torch.compiler.is_compiling() else _backward_impl
         dq, dk, dv = backward(d_out, q, k, v, out, lse, scores, alibi_slopes, dropout_seed, ctx.options,
@@ -523,7 +531,11 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     if varlen and cu_seqlens_k is cu_seqlens_q:  # self-attention's one cu_seqlens: the same rule
         cu_seqlens_k = cu_seqlens_k.view_as(cu_seqlens_k)
     seed = _draw_dropout_seed(q.device) if opts.dropout_p > 0 else None
-    if varlen:
+    if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
+        # Nothing to differentiate: the forward alone, without autograd's per-call cost.
+        forward = torch.ops.flash_attn_triton.fwd if torch.compiler.is_compiling() else _forward_impl
+        out, lse, _ = forward(q, k, v, alibi, seed, opts.encode(), cu_seqlens_q, cu_seqlens_k)
+    elif varlen:
         out, lse = FlashAttentionFunction.apply(q, k, v, alibi, seed, opts.encode(), cu_seqlens_q, cu_seqlens_k)
     else:
         out, lse = FlashAttentionFunction.apply(q, k, v, alibi, seed, opts.encode())

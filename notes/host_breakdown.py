@@ -18,7 +18,9 @@ import cProfile
 import io
 import os
 import pstats
+import statistics
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +35,7 @@ from kernels import flash_attention  # noqa: E402
 from kernels._backward import attention_backward  # noqa: E402
 from kernels._forward import attention_forward  # noqa: E402
 from kernels.options import AttentionOptions  # noqa: E402
+from kernels.attention import _tile_list  # noqa: E402
 from kernels.tiles import default_tiles  # noqa: E402
 
 
@@ -71,8 +74,8 @@ def main():
                 print(f"{label} fwd_bwd single_thread,{per_call_us(forward_backward, 1000):.1f}", flush=True)
     kernels._launch.enabled = True
 
-    opts = AttentionOptions(softmax_scale=0.125, causal=True, fwd_tiles=tuple(default_tiles(64, "fwd")),
-                            bwd_tiles=tuple(default_tiles(64, "bwd")))
+    opts = AttentionOptions(softmax_scale=0.125, causal=True, fwd_tiles=_tile_list(default_tiles(64, "fwd")),
+                            bwd_tiles=_tile_list(default_tiles(64, "bwd")))
     with torch.no_grad():
         qd, kd, vd = q.detach(), k.detach(), v.detach()
         out, lse, scores = attention_forward(qd, kd, vd, opts)
@@ -82,6 +85,43 @@ def main():
 
     def forward_backward():
         torch.autograd.grad(ours(q, k, v), (q, k, v), do)
+
+    # Timestamps: the call of grad, the backward's entry and exit (on autograd's device thread), grad's return.
+    import kernels.attention as attention
+    stamps, inner = [], attention._backward_impl
+
+    def stamped(*args, **kwargs):
+        stamps.append(time.perf_counter())
+        result = inner(*args, **kwargs)
+        stamps.append(time.perf_counter())
+        return result
+
+    attention._backward_impl = stamped
+    splits = []
+    for _ in range(600):
+        out = ours(q, k, v)
+        stamps.clear()
+        start = time.perf_counter()
+        torch.autograd.grad(out, (q, k, v), do)
+        end = time.perf_counter()
+        splits.append((stamps[0] - start, stamps[1] - stamps[0], end - stamps[1]))
+    attention._backward_impl = inner
+    torch.cuda.synchronize()
+    for i, what in enumerate(("grad call -> backward entry", "our backward", "backward exit -> grad return")):
+        print(f"ours backward split: {what},{statistics.median(s[i] for s in splits[100:]) * 1e6:.1f}")
+    sys.stdout.flush()
+
+    with torch.no_grad():
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(1000):
+            ours(q, k, v)
+        torch.cuda.synchronize()
+        profile.disable()
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(30)
+    print("\ncProfile of 1000 forward calls (no grad), by own time:")
+    print(text.getvalue())
 
     with torch.autograd.set_multithreading_enabled(False):
         profile = cProfile.Profile()

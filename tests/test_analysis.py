@@ -314,7 +314,7 @@ def test_features_not_in_the_archive_are_no_data_saying_so(frames, tmp_path):
     found = facts.collect(without, read_hardware(), tmp_path)
     assert "features" in found["not_measured"] and not found["features"]["measured"]
     measured = facts.collect(frames, read_hardware(), tmp_path)["features"]
-    assert measured["measured"] and len(measured["rows"]) == 10 and "64 sequences" in measured["lengths"]
+    assert measured["measured"] and len(measured["rows"]) == 11 and "64 sequences" in measured["lengths"]
 
 
 def test_features_pair_each_feature_with_its_peer_on_the_same_shape(frames):

@@ -37,14 +37,17 @@ def one_pass(settings):
 def test_default_grid_has_every_arm_once_per_shape(settings):
     cells = one_pass(settings)
     attention = [cell for cell in cells if cell.provider != "torch_matmul"]
-    assert len(attention) == 76 and cells[0].provider == "torch_matmul"
+    assert len(attention) == 80 and cells[0].provider == "torch_matmul"
     assert len({cell.key for cell in cells}) == len(cells)
     arms = {(cell.provider, cell.variant) for cell in attention}
     assert arms == {("ours", "plain"), ("ours", "window1024"), ("flex", "window1024"), ("ours", "softcap30"),
                     ("flex", "softcap30"), ("ours", "alibi"), ("flex", "alibi"), ("ours", "dropout0.1"),
-                    ("sdpa_flash", "dropout0.1"), ("ours", "varlen"), ("ours", "padded"), ("flex", "varlen")}
+                    ("sdpa_flash", "dropout0.1"), ("ours", "dropout_atomic_dq0.1"), ("ours", "varlen"),
+                    ("ours", "padded"), ("flex", "varlen")}
     for cell in attention:
         assert cell.dtype == "fp16" and cell.head_dim == 128 and cell.mode in ("fwd", "fwd_bwd")
+        if cell.variant.startswith("dropout_atomic_dq"):
+            assert cell.mode == "fwd_bwd" and dict(cell.switches)["atomic_dq"] is True
         if cell.variant.startswith("window"):
             assert cell.causal and dict(cell.switches)["window_size"] == (1023, 0)
         if cell.variant not in ("varlen", "padded"):

@@ -8,8 +8,6 @@ any change Triton would specialise on (an int's value, a pointer's alignment or 
 constexpr, the launch options, an argument's type) goes back through the JIT. On a GPU, ours'
 results with direct launches equal those through the JIT bit for bit, misaligned inputs included.
 """
-import types
-
 import pytest
 import torch
 import triton
@@ -52,8 +50,7 @@ def fake_jit(monkeypatch):
         return jit_launch
 
     monkeypatch.setattr(KernelInterface, "__getitem__", getitem)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: types.SimpleNamespace(cuda_stream=1234))
+    monkeypatch.setattr(launch_module, "_device_and_stream", lambda: (0, 1234))
     monkeypatch.setattr(launch_module, "_compiled", {})
     monkeypatch.setattr(launch_module, "_sites", {})
     monkeypatch.setattr(launch_module, "enabled", True)
@@ -167,5 +164,6 @@ def test_ours_with_direct_launches_equals_the_jit_path_bit_for_bit(misaligned, m
     first, second = run(), run()  # the second is launched directly
     for a, b, c in zip(through_jit, first, second):
         assert torch.equal(a, b) and torch.equal(a, c)
-    ref = attention_reference(q.double(), k.double(), v.double(), causal=True)
-    assert (second[0].double() - ref).abs().max() < 1e-2
+    ref, _ = attention_reference(q, k, v, causal=True)
+    torch_error = (attention_reference(q, k, v, causal=True, upcast=False)[0].double() - ref).abs().max()
+    assert (second[0].double() - ref).abs().max() <= 2 * torch_error + 1e-5  # flash-attn's rule
