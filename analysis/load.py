@@ -14,7 +14,7 @@ from experiments.schema import (ABLATIONS, CEILING_PROVIDERS, CELL_KEYS, COLUMNS
                                 INTEGER_COLUMNS, JIT_CACHES, JIT_COLUMNS, JIT_TIMES, LOSS_COLUMNS, MEMORY_COLUMNS, MODES, PROVENANCE_COLUMNS,
                                 SHAPE_COLUMNS, STATUSES, TELEMETRY_COLUMNS, TILE_COLUMNS, TIMED_ABLATIONS,
                                 TIMING_COLUMNS)
-from experiments.schema import LATER_COLUMNS  # decode's columns, absent from older files
+from experiments.schema import LATER_COLUMNS  # columns absent from older files (decode's, fp8's)
 
 EXPERIMENTS = ABLATIONS  # the analysis calls an ablation's results file an experiment
 
@@ -55,7 +55,8 @@ def read_experiment(path: str | Path) -> pd.DataFrame:
     bad_flag = sorted(set(frame["host_bound"].dropna()) - {0, 1})
     if bad_flag:
         raise SchemaError(f"{path}: column host_bound has values {bad_flag}, expected 0 or 1")
-    timed = frame[frame["experiment"].isin(TIMED_ABLATIONS) & (frame["status"] == "ok")]
+    # rows that measured errors (the fp8 ablation's accuracy cells, beside its timings) are not timings
+    timed = frame[frame["experiment"].isin(TIMED_ABLATIONS) & (frame["status"] == "ok") & frame["err_o"].isna()]
     for column in ("repetition", "ms", "host_bound"):
         if timed[column].isna().any():
             raise SchemaError(f"{path}: {int(timed[column].isna().sum())} measured timed rows without {column}")

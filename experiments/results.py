@@ -35,8 +35,11 @@ def read_csv(path: str) -> list[dict]:
     columns = columns_of(path)
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
-        earlier = [column for column in columns if column not in LATER_COLUMNS]
-        if columns is COLUMNS and reader.fieldnames == earlier:  # written before LATER_COLUMNS: read them empty
+        found = list(reader.fieldnames or ())
+        absent = [column for column in columns if column not in found]
+        if (columns is COLUMNS and absent and set(absent) <= set(LATER_COLUMNS)
+                and found == [column for column in columns if column in found]):
+            # written before some of LATER_COLUMNS: read them empty
             return [{column: row.get(column, "") for column in columns} for row in reader]
         if reader.fieldnames != columns:
             missing = sorted(set(columns) - set(reader.fieldnames or ()))

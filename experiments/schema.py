@@ -88,6 +88,9 @@ class Row:
     err_dq: float | None = None
     err_dk: float | None = None
     err_dv: float | None = None
+    # largest |o - o_ref| over the output's elements, against the same float64 reference (the fp8 ablation's
+    # accuracy cells; empty elsewhere)
+    max_abs_err_o: float | None = None
     # decode: the paged KV cache's page size (empty: dense) and the achieved bandwidth, GB/s: bytes of K and V
     # read plus q read and o written (experiments/decode.py), over ms
     page_size: int | None = None
@@ -117,11 +120,12 @@ PROVENANCE_COLUMNS = ["gpu", "driver", "cuda", "torch", "triton", "commit", "tim
 INTEGER_COLUMNS = ["batch", "heads", "kv_heads", "seqlen_q", "seqlen_k", "head_dim", "causal", "repetition",
                    *TILE_COLUMNS, "recompute", "host_bound", "attn_mem_bytes", "input_bytes", "peak_mem_bytes",
                    "telemetry_samples", "page_size"]
-FLOAT_COLUMNS = [column for column in TIMING_COLUMNS + TELEMETRY_COLUMNS + ERROR_COLUMNS + ["bandwidth_gbs"]
-                 if column not in INTEGER_COLUMNS]
-# Columns added after files were archived: a file without them reads as if they were empty (the decode
-# ablation's; every older ablation leaves them empty anyway).
-LATER_COLUMNS = ("page_size", "bandwidth_gbs")
+FLOAT_COLUMNS = [column for column in TIMING_COLUMNS + TELEMETRY_COLUMNS + ERROR_COLUMNS
+                 + ["max_abs_err_o", "bandwidth_gbs"] if column not in INTEGER_COLUMNS]
+# Columns added after files were archived: a file without some or all of them reads as if they were empty (the
+# decode ablation's page_size and bandwidth_gbs, the fp8 ablation's max_abs_err_o; every other ablation leaves
+# them empty anyway).
+LATER_COLUMNS = ("page_size", "bandwidth_gbs", "max_abs_err_o")
 # A cell's identity across repetitions and runs (with experiment, provider, variant and mode).
 CELL_KEYS = ["experiment", "provider", "variant", "mode"] + SHAPE_COLUMNS
 

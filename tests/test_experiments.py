@@ -462,3 +462,22 @@ def test_jit_measures_a_filled_cache_faster_on_the_gpu():
     assert empty[1] == filled[1] == "ok", (empty, filled)
     assert filled[0]["first_fwd_s"] < empty[0]["first_fwd_s"]
     assert empty[0]["second_fwd_bwd_s"] < empty[0]["first_fwd_s"]
+
+
+def test_the_archived_files_read_without_the_columns_added_since(tmp_path):
+    """The committed archive predates max_abs_err_o: its files read with it empty, in either reader."""
+    from analysis.load import read_experiment
+    from experiments.schema import COLUMNS, LATER_COLUMNS
+
+    archived = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results", "archive",
+                            CONFIG["archive_gpu"], "speed.csv")
+    rows = results.read_csv(archived)
+    assert set(rows[0]) == set(COLUMNS) and rows[0]["max_abs_err_o"] == ""
+    assert list(read_experiment(archived).columns) == COLUMNS
+    # a file lacking columns other than the later ones is still refused
+    with open(archived) as f:
+        header, *lines = f.read().splitlines()
+    (tmp_path / "speed.csv").write_text("\n".join([header.replace(",tflops,", ","), *lines[:0]]) + "\n")
+    with pytest.raises(ValueError, match="tflops"):
+        results.read_csv(str(tmp_path / "speed.csv"))
+    assert "max_abs_err_o" in LATER_COLUMNS
