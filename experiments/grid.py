@@ -202,13 +202,24 @@ def decode(s: dict) -> list[Cell]:
     return decode_cells.cells(s, Cell)
 
 
+def fp8(s: dict) -> list[Cell]:
+    """The fp8 forward against the fp16 forward, one timed pass (experiments/fp8.py builds the cells; its
+    accuracy cells are added once, after the passes, by `cells`)."""
+    from experiments import fp8 as fp8_cells
+
+    return fp8_cells.cells(s, Cell)
+
+
 # Each ablation's cell builder, by the names experiments/schema.py defines.
 ABLATIONS = {
     "speed": speed, "tiles": tiles, "causal": causal, "seqlen": seqlen, "recompute": recompute,
     "fa1_vs_fa2": fa1_vs_fa2, "accuracy": accuracy, "ceiling": ceiling, "training": training,
     "features": features,
     "decode": decode,
+    "fp8": fp8,
 }
+# dtypes the matmul ceiling can be timed in (fp8's rows are fp16 against fp8_e4m3: its passes time fp16's)
+MATMUL_DTYPES = ("fp16", "bf16")
 assert tuple(ABLATIONS) == _NAMES, "experiments/schema.py and the builders here name the same ablations"
 
 
@@ -217,20 +228,29 @@ def cells(ablation: str, settings: dict, on_gpu: bool) -> list[Cell]:
 
     A timed ablation's grid is repeated `repetitions` times, pass after pass, each pass opening with
     the matmul ceiling in the dtypes the pass uses. Without a GPU, accuracy takes its interpreter shapes.
+    fp8's accuracy cells come once, after its passes; without a GPU they are all it has (on its interpreter
+    shapes: the timings need the GPU).
     """
     if not on_gpu and ablation == "accuracy":
         settings = {**settings, "shapes": settings["interpreter_shapes"]}
+    if ablation == "fp8":
+        from experiments import fp8 as fp8_cells
+
+        once = fp8_cells.accuracy_cells(settings, Cell, on_gpu)
+        if not on_gpu:
+            return once
     one_pass = ABLATIONS[ablation](settings)
     if ablation not in TIMED_ABLATIONS:
         return one_pass
     if ablation == "decode":  # decoding is read against the copy bandwidth: each pass times it too
         one_pass = [Cell(ablation, "torch_copy", "copy", "fp16", size=settings["copy_mib"] * 2**20)] + one_pass
     if ablation != "ceiling":
-        dtypes = sorted({cell.dtype for cell in one_pass})
+        dtypes = sorted({cell.dtype for cell in one_pass} & set(MATMUL_DTYPES))
         one_pass = [Cell(ablation, "torch_matmul", "matmul", dtype, size=settings["ceiling_matmul_size"])
                     for dtype in dtypes] + one_pass
-    return [dataclasses.replace(cell, repetition=repetition)
-            for repetition in range(settings["repetitions"]) for cell in one_pass]
+    passes = [dataclasses.replace(cell, repetition=repetition)
+              for repetition in range(settings["repetitions"]) for cell in one_pass]
+    return passes + (once if ablation == "fp8" else [])
 
 
 if __name__ == "__main__":

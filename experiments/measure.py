@@ -166,7 +166,7 @@ def _tile_fallback(cell, fn) -> dict:
     The tile columns then record what ran (the backward's config for mode bwd, the forward's
     otherwise, as providers.tile_columns does) instead of the default that was asked for.
     """
-    if cell.provider != "ours":
+    if cell.provider not in ("ours", "ours_fp8"):
         return {}
     from kernels import TileFallbackWarning
 
@@ -260,7 +260,10 @@ def precompile(cells, device: torch.device) -> None:
     """
     representatives = {}
     for cell in cells:
-        if cell.experiment == "decode" and cell.provider == "flex":  # FlexAttention decode: one graph per shape
+        if cell.experiment == "fp8":  # fp16 and fp8 forwards, per head dim and mask (its timed cells' shapes)
+            if cell.variant != "accuracy" and cell.provider in ("ours", "ours_fp8"):
+                representatives.setdefault(("fp8", cell.provider, cell.dtype, cell.head_dim, cell.causal), cell)
+        elif cell.experiment == "decode" and cell.provider == "flex":  # FlexAttention decode: one graph per shape
             representatives.setdefault(("decode", cell.batch, cell.heads, cell.kv_heads, cell.seqlen_k, cell.dtype), cell)
         elif cell.provider in ("ours", "flex") and cell.experiment not in ("training", "decode"):
             shape = (cell.batch, cell.heads, cell.seqlen_q, cell.seqlen_k) if cell.provider == "flex" else ()
@@ -281,6 +284,12 @@ def precompile(cells, device: torch.device) -> None:
 
 def _call_once(cell, device_type: str) -> None:
     try:
+        if cell.experiment == "fp8":
+            from experiments import fp8
+
+            fp8.call(cell, torch.device(device_type))[0]()
+            torch.cuda.synchronize()
+            return
         if cell.experiment == "decode":
             from experiments import decode
 

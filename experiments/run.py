@@ -153,6 +153,10 @@ def _measure_one(ablation, cell, settings, device, journal, sampler, started, do
             from experiments import decode
 
             values.update(decode.measure(cell, settings, device))
+        elif cell.experiment == "fp8":
+            from experiments import fp8
+
+            values.update(fp8.measure(cell, settings, device))
         else:
             values.update(measure.attention(cell, settings, device))
     except Exception as error:  # every failure becomes a row; the grid goes on
@@ -177,8 +181,9 @@ def _measure_one(ablation, cell, settings, device, journal, sampler, started, do
 def _summary(status: str, note: str, values: dict) -> str:
     if status != "ok":
         return f"{status}: {note}"
-    if "err_o" in values:
-        return "err_o {err_o:.2e} err_dq {err_dq:.2e}".format(**values)
+    if "err_o" in values:  # accuracy: its errors (fp8's accuracy cells have err_o and max_abs_err_o)
+        return " ".join(f"{name} {values[name]:.2e}" for name in ("err_o", "err_dq", "max_abs_err_o")
+                        if values.get(name) is not None)
     if values.get("host_ms") is None:  # a training step: timed by CUDA events only
         text = f"{values['ms']:.1f} ms per step ({values['ms_p20']:.1f}-{values['ms_p80']:.1f})"
     else:

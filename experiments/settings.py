@@ -91,16 +91,16 @@ def _resolve(node: dict, schema: dict) -> dict:
 def check(config: dict) -> None:
     """Validate the config against the schema and the relations that a schema cannot express."""
     validate(config)
-    for head_dim in config["head_dims"] + config["speed"]["head_dims"]:
+    for head_dim in config["head_dims"] + config["speed"]["head_dims"] + config["fp8"]["head_dims"]:
         if config["hidden"] % head_dim:
             raise ValueError(f"config key hidden: {config['hidden']} is not a multiple of head dim {head_dim} "
-                             "(head_dims, speed.head_dims)")
-    for key in ("shapes", "interpreter_shapes"):
-        for i, shape in enumerate(config["accuracy"][key]):
-            if shape["heads"] % shape["kv_heads"]:
-                raise ValueError(
-                    f"config key accuracy.{key}[{i}].kv_heads: {shape['kv_heads']} does not divide heads={shape['heads']}"
-                )
+                             "(head_dims, speed.head_dims, fp8.head_dims)")
+    for section, accuracy in (("accuracy", config["accuracy"]), ("fp8.accuracy", config["fp8"]["accuracy"])):
+        for key in ("shapes", "interpreter_shapes"):
+            for i, shape in enumerate(accuracy[key]):
+                if shape["heads"] % shape["kv_heads"]:
+                    raise ValueError(f"config key {section}.{key}[{i}].kv_heads: {shape['kv_heads']} does not "
+                                     f"divide heads={shape['heads']}")
     features = config["features"]
     if config["hidden"] % features["head_dim"]:
         raise ValueError(f"config key features.head_dim: {features['head_dim']} does not divide "

@@ -28,6 +28,11 @@ def test_cli_strings_become_the_numbers_the_schema_wants():
 @pytest.mark.parametrize("change, key", [
     (lambda c: c.update(hidden=2000), "hidden"),
     (lambda c: c["accuracy"]["shapes"][0].update(kv_heads=3), "accuracy.shapes[0].kv_heads"),
+    (lambda c: c["fp8"]["accuracy"]["interpreter_shapes"][1].update(kv_heads=3),
+     "fp8.accuracy.interpreter_shapes[1].kv_heads"),
+    (lambda c: c["fp8"].update(head_dims=[96]), "fp8.head_dims"),
+    (lambda c: c["fp8"]["accuracy"].update(precisions=["fp8_e5m2"]), "fp8.accuracy.precisions"),
+    (lambda c: c["fp8"].update(providers=["ours", "sdpa_flash"]), "fp8.providers"),
     (lambda c: c["full_sweep_overrides"]["tiles"]["fwd"].update(block_q=[64]), "block_q"),
 ])
 def test_relations_and_the_full_sweep_are_checked(change, key):
@@ -66,7 +71,8 @@ def test_every_ablation_has_distinct_cells():
 @pytest.mark.parametrize("ablation", [name for name in grid.ABLATIONS if name != "accuracy"])
 def test_timed_ablations_repeat_their_grid_in_passes_each_opening_with_the_matmul(ablation):
     settings = dict(SETTINGS[ablation], repetitions=3)
-    cells = grid.cells(ablation, settings, on_gpu=True)
+    cells = [cell for cell in grid.cells(ablation, settings, on_gpu=True)
+             if cell.repetition is not None]  # fp8's accuracy cells come once, after the passes
     one_pass = len(cells) // 3
     assert len(cells) == 3 * one_pass
     for repetition in range(3):
@@ -286,6 +292,27 @@ def test_every_provider_measures_a_small_cell_on_the_gpu():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_fp8_measures_both_forwards_on_the_gpu():
+    from experiments import fp8
+
+    settings = dict(SETTINGS["fp8"], warmup_ms=5, rep_ms=10)
+    for provider, dtype in (("ours", "fp16"), ("ours_fp8", "fp8_e4m3")):
+        cell = grid.Cell("fp8", provider, "fwd", dtype, batch=4, heads=16, kv_heads=16, seqlen_q=1024, seqlen_k=1024,
+                         head_dim=128, causal=True)
+        values = fp8.measure(cell, settings, torch.device("cuda"))
+        assert values["ms_p20"] <= values["ms"] <= values["ms_p80"] and values["tflops"] > 0
+        assert values["gpu_ms"] > 0 and values["host_ms"] > 0 and values["host_bound"] in (0, 1)
+        assert values["input_bytes"] == 3 * 4 * 16 * 1024 * 128 * (1 if provider == "ours_fp8" else 2) + (
+            3 * 4 * 16 * 4 if provider == "ours_fp8" else 0)
+        assert values["attn_mem_bytes"] > 0 and values["block_m"] > 0
+    for dtype in fp8.PRECISIONS:
+        cell = grid.Cell("fp8", fp8.provider_of(dtype), "fwd", dtype, batch=1, heads=16, kv_heads=16, seqlen_q=1024,
+                         seqlen_k=1024, head_dim=128, causal=False, variant="accuracy")
+        values = fp8.measure(cell, settings, torch.device("cuda"))
+        assert 0 < values["err_o"] < (0.04 if dtype == "fp8_e4m3" else 0.01) and values["max_abs_err_o"] > 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_memory_is_net_of_what_the_process_held_before():
     """A workspace that an earlier call left allocated (cuBLAS's, say) does not count; the outputs do."""
     timing = {"warmup_ms": 5, "rep_ms": 10}
@@ -481,3 +508,99 @@ def test_the_archived_files_read_without_the_columns_added_since(tmp_path):
     with pytest.raises(ValueError, match="tflops"):
         results.read_csv(str(tmp_path / "speed.csv"))
     assert "max_abs_err_o" in LATER_COLUMNS
+
+
+def test_fp8_times_both_forwards_on_the_paper_shapes_then_measures_errors_once():
+    s = dict(SETTINGS["fp8"], repetitions=2)
+    cells = grid.cells("fp8", s, on_gpu=True)
+    timed = [cell for cell in cells if cell.repetition is not None]
+    once = cells[len(timed):]
+    assert all(cell.repetition is None and cell.variant == "accuracy" for cell in once)
+    assert [cell.provider for cell in timed if cell.repetition == 0][0] == "torch_matmul"
+    assert {cell.dtype for cell in timed if cell.provider == "torch_matmul"} == {"fp16"}  # no fp8 matmul roof
+    attention = [cell for cell in timed if cell.provider != "torch_matmul" and cell.repetition == 0]
+    assert len(attention) == len(s["head_dims"]) * len(s["causal"]) * len(s["seqlens"]) * len(s["providers"])
+    assert {(cell.provider, cell.dtype) for cell in attention} == {("ours", "fp16"), ("ours_fp8", "fp8_e4m3")}
+    for cell in attention:
+        assert cell.mode == "fwd" and cell.batch * cell.seqlen_q == CONFIG["tokens"]
+        assert cell.heads * cell.head_dim == CONFIG["hidden"] and cell.heads == cell.kv_heads
+    a = s["accuracy"]
+    assert len(once) == len(a["shapes"]) * len(a["causal"]) * len(a["precisions"])
+    assert {(cell.provider, cell.dtype) for cell in once} == {("ours_fp8", "fp8_e4m3"), ("ours", "fp16"),
+                                                              ("ours", "bf16")}
+    assert {cell.seqlen_q for cell in once} == {shape["seqlen_q"] for shape in a["shapes"]}
+    # without a GPU: the accuracy cells alone, on the interpreter's shapes
+    cpu = grid.cells("fp8", s, on_gpu=False)
+    assert {cell.variant for cell in cpu} == {"accuracy"}
+    assert {(cell.seqlen_q, cell.head_dim) for cell in cpu} == {(shape["seqlen_q"], shape["head_dim"])
+                                                                 for shape in a["interpreter_shapes"]}
+
+
+def test_fp8_quantises_per_batch_and_head_to_absmax_over_448():
+    from experiments.fp8 import dequantise, quantise
+
+    x = torch.randn(2, 3, 40, 16) * torch.arange(1, 7, dtype=torch.float32).reshape(2, 3, 1, 1)
+    x8, descale = quantise(x)
+    assert x8.dtype == torch.float8_e4m3fn and descale.dtype == torch.float32 and descale.shape == (2, 3)
+    assert torch.allclose(descale, x.abs().amax(dim=(2, 3)) / 448)
+    assert x8.float().abs().amax(dim=(2, 3)).eq(448).all()  # the absmax maps to e4m3's largest value
+    error = (dequantise(x8, descale) - x.double()).abs() / x.double().abs().amax(dim=(2, 3), keepdim=True)
+    assert error.max() <= 2**-4 + 1e-6  # 3 mantissa bits: within half a step of the absmax's binade
+
+
+def test_fp8_writes_timed_and_accuracy_rows_on_a_tiny_shape(tmp_path, monkeypatch):
+    """The worker on the CPU (Triton's interpreter), do_bench replaced: each timed cell calls its provider on its
+    inputs (fp16 in, fp16 out; e4m3 in with descales, bfloat16 out), the accuracy cells measure their errors
+    against float64, and the CSV reads back through the analysis's schema checks."""
+    from analysis.load import read_experiment
+    from experiments import provenance
+
+    interpreter = CONFIG["fp8"]["accuracy"]["interpreter_shapes"]
+    settings = dict(SETTINGS["fp8"], tokens=128, hidden=128, head_dims=[64], causal=[False, True], seqlens=[64],
+                    repetitions=2, ceiling_matmul_size=32,
+                    accuracy=dict(SETTINGS["fp8"]["accuracy"], shapes=interpreter))
+    cells = grid.cells("fp8", settings, on_gpu=True)  # the GPU's grid, run here on the interpreter
+    called = []
+
+    def bench(fn, timing, input_bytes=0):
+        out = fn()
+        called.append((out.dtype, out.shape, input_bytes))
+        assert timing["warmup_ms"] == CONFIG["warmup_ms"] and timing["rep_ms"] == CONFIG["rep_ms"]
+        return {"ms": 2.0, "ms_p20": 1.9, "ms_p80": 2.1, "gpu_ms": 1.95, "host_ms": 0.1, "host_bound": 0,
+                "attn_mem_bytes": 10, "input_bytes": input_bytes, "peak_mem_bytes": input_bytes + 10}
+
+    monkeypatch.setattr(measure, "_bench", bench)
+    monkeypatch.setattr(run.grid, "cells", lambda ablation, settings, on_gpu: cells)
+    monkeypatch.setattr(provenance, "collect", lambda: {"gpu": "Test GPU", "host_kind": "cpu-interpreter"})
+    output = str(tmp_path / "fp8.csv")
+    run.work("fp8", settings, run.journal_of("fp8", settings, True, output), "cpu")
+    monkeypatch.setattr(run.subprocess, "call", lambda command, env: 0)
+    monkeypatch.setattr(run.gpus, "pin", lambda: "0")
+    run.supervise("fp8", settings, output)
+
+    frame = read_experiment(output)
+    assert len(frame) == len(cells) and (frame["status"] == "ok").all(), frame[frame["status"] != "ok"]["note"]
+    timed = frame[frame["repetition"].notna() & (frame["provider"] != "torch_matmul")]
+    assert len(timed) == 2 * 2 * 2  # repetitions x masks x providers
+    element = 2 * 2 * 64 * 64  # batch 2, 2 heads, seqlen 64, head dim 64
+    fp16_bytes, fp8_bytes = 3 * element * 2, 3 * element + 3 * 2 * 2 * 4  # q, k, v; fp8 adds three (2, 2) descales
+    assert set(called) == {(torch.float16, (2, 2, 64, 64), fp16_bytes), (torch.bfloat16, (2, 2, 64, 64), fp8_bytes),
+                           (torch.float16, (32, 32), 2 * 32 * 32 * 2)}  # the two forwards, and the matmul roof
+    flops_per_call = {0: flops.attention_flops(2, 2, 64, 64, 64, False, "fwd"),
+                      1: flops.attention_flops(2, 2, 64, 64, 64, True, "fwd")}
+    for row in timed.itertuples():
+        assert row.mode == "fwd" and row.ms == 2.0 and row.host_bound == 0 and row.variant == "default"
+        assert row.tflops == pytest.approx(flops_per_call[row.causal] / 2e-3 / 1e12)
+        assert row.dtype == ("fp8_e4m3" if row.provider == "ours_fp8" else "fp16")
+        assert row.block_m > 0 and row.num_warps > 0  # each arm's own default tiles
+    from kernels.tiles import default_tiles
+
+    fp8_row = timed[timed["provider"] == "ours_fp8"].iloc[0]
+    assert fp8_row["block_n"] == default_tiles(64, "fwd", fp8=True).block_n
+    accuracy = frame[frame["variant"] == "accuracy"]
+    assert accuracy["repetition"].isna().all() and accuracy["ms"].isna().all()
+    assert len(accuracy) == len(interpreter) * 2 * 3
+    errors = accuracy.groupby("dtype")["err_o"].max()
+    assert errors["fp16"] < 1e-3 < errors["fp8_e4m3"] < 0.05 and errors["fp16"] < errors["bf16"] < errors["fp8_e4m3"]
+    assert (accuracy["max_abs_err_o"] > 0).all() and (accuracy["max_abs_err_o"] < 0.1).all()
+    assert set(accuracy.loc[accuracy["dtype"] == "fp8_e4m3", "provider"]) == {"ours_fp8"}
