@@ -27,6 +27,7 @@ FIGURES = {
     "training": ("training",),  # and, beside it, training_loss.csv (the loss-agreement curves)
     "features": ("features",),
     "decode": ("decode",),
+    "fp8": ("fp8",),
 }
 
 

@@ -220,18 +220,20 @@ def _within(frame: pd.DataFrame, head_dims=None, min_seqlen=None, seqlens=None) 
 
 @metric
 def speedup_by_mode(frames, hardware, *, experiment, baseline, candidate, modes, dtype="fp16", arms=None,
-                    verdict_mode="fwd_bwd", head_dims=None, min_seqlen=None):
+                    verdict_mode="fwd_bwd", head_dims=None, min_seqlen=None, pair_without=()):
     """The speedup of candidate over baseline in each of `modes` separately, as <mode>_min, <mode>_median, ...;
     n is the verdict mode's. `arms` ({variant: description}) are set against the candidate one at a time:
     how much faster the candidate is than each, per mode, in words (`arms`). `head_dims` and `min_seqlen`
-    restrict the shapes compared."""
+    restrict the shapes compared. Cells are paired on the shape and mode less the columns in `pair_without`
+    (dtype, to set an fp8 arm against an fp16 one: then `dtype` is null and the arms name their dtypes)."""
     settings = read_settings()
     frame = frames[experiment]
+    keys = [key for key in PAIR_KEYS if key not in pair_without]
     if head_dims is not None or min_seqlen is not None:
         frame = _within(attention_rows(frame), head_dims, min_seqlen)
     values, left_out = {}, []
     for mode in modes:
-        pairs, excluded = paired(_in(frame, dtype, mode), baseline, candidate)
+        pairs, excluded = paired(_in(frame, dtype, mode), baseline, candidate, keys=keys)
         left_out.append(excluded)
         summary = summarise_ratios(pairs)
         values.update({f"{mode}_{key}": item for key, item in summary.items()})
@@ -249,7 +251,8 @@ def speedup_by_mode(frames, hardware, *, experiment, baseline, candidate, modes,
             words.append(f"{description} ({variant}): " + ", ".join(per_mode))
     values["arms"] = "; ".join(words) or "none measured"
     if not values["n"]:
-        values["missing"] = (f"no {dtype} {verdict_mode} shape in {experiment}.csv with eligible cells of both "
+        values["missing"] = (f"no {dtype + ' ' if dtype else ''}{verdict_mode} shape in {experiment}.csv with "
+                             "eligible cells of both "
                              f"{baseline} ({_status_counts(frame, baseline)}) and {candidate} "
                              f"({_status_counts(frame, candidate)})")
     return values

@@ -23,6 +23,7 @@ from analysis.figures import MODE_TITLES, PROVIDERS, VARIANTS
 from analysis.load import (EXPERIMENTS, PROVENANCE_COLUMNS, TIMED_ABLATIONS, attention_rows, measured,
                            not_measured, read_jit, read_loss, read_results)
 from analysis.decode import facts as decode_facts
+from analysis.fp8 import facts as fp8_facts
 from analysis.peaks import datasheet_entry, main_gpu, paper_gpu_entry, read_hardware
 
 ANALYSIS_PACKAGES = ("pandas", "matplotlib", "seaborn", "jinja2", "snakemake")
@@ -421,7 +422,7 @@ def collect(frames: dict[str, pd.DataFrame], hardware: dict, figures_dir: str | 
             "best_tiles": best_tiles(frames), "fa1_steps": fa1_steps(frames), "failures": failures(frames),
             "training": training(frames, hardware), "features": features(frames),
             "not_measured": not_measured(frames) + ([] if jit_facts["measured"] else ["jit"]),
-            "decode": decode_facts(frames), "jit": jit_facts,
+            "decode": decode_facts(frames), "fp8": fp8_facts(frames), "jit": jit_facts,
             "figures": figures(figures_dir)}
 
 

@@ -511,6 +511,12 @@ def _draw_decode(frames):
     return draw_decode(frames)
 
 
+def _draw_fp8(frames):
+    from analysis.fp8 import draw as draw_fp8
+
+    return draw_fp8(frames)
+
+
 # features: the peer each comparison sets ours against (analysis/features.py's COMPARISONS, by its words)
 FEATURE_PEERS = {
     "ours, full causal": ("ours, full causal (no window)", _COLOURS[7]),
@@ -573,7 +579,7 @@ def draw(name: str, frames: dict, hardware: dict):
         return draw_peak_fraction(frames, hardware)
     return {"memory": draw_memory, "recompute": draw_recompute, "causal": draw_causal,
             "fa1_to_fa2": draw_fa1_to_fa2, "accuracy": draw_accuracy, "training": draw_training,
-            "features": draw_features, "decode": _draw_decode}[name](frames)
+            "features": draw_features, "decode": _draw_decode, "fp8": _draw_fp8}[name](frames)
 
 
 def save(figure, name: str, out_dir: str | Path) -> dict[str, Path]:

@@ -401,6 +401,35 @@ def decode_rows() -> list[dict]:
     return rows
 
 
+# fp8 (experiments/fp8.py): the fp8 forward's speed-up over the fp16 forward by head dim and sequence length (causal a
+# little less); errors of each precision's output against float64 on the accuracy shapes (fp8: relative RMS about
+# 2%, as the H200's notes measured; fp16 and bf16 a rounding of their own)
+FP8_SEQLENS = (1024, 2048, 4096, 8192, 16384)
+FP8_SPEEDUP = {64: (1.05, 1.12, 1.2, 1.25, 1.28), 128: (1.2, 1.38, 1.6, 1.65, 1.7)}
+FP8_CAUSAL = 0.98
+FP8_ERRORS = {"fp8_e4m3": (2.1e-2, 2.3e-2), "fp16": (2.6e-4, 4.3e-4), "bf16": (2.1e-3, 4.2e-3)}  # err_o, max abs
+
+
+def fp8_rows() -> list[dict]:
+    """The fp8 ablation: per pass the fp16 matmul, then ours (fp16) and ours_fp8 (fp8_e4m3) forwards on the paper's
+    shapes; then the accuracy cells once (variant "accuracy", no repetition)."""
+    rows = _ceilings("fp8")
+    for head_dim, causal, (index, seqlen) in itertools.product((64, 128), (0, 1), enumerate(FP8_SEQLENS)):
+        fp16 = _tflops("ours", "fwd", seqlen, head_dim, causal)
+        speedup = FP8_SPEEDUP[head_dim][index] * (FP8_CAUSAL if causal else 1.0)
+        shape = dict(seqlen=seqlen, head_dim=head_dim, causal=causal)
+        rows += _repeated("fp8", "ours", "fwd", fp16, block_m=128, block_n=64, num_warps=8, num_stages=3,
+                          recompute=1, **shape)
+        rows += _repeated("fp8", "ours_fp8", "fwd", fp16 * speedup, dtype="fp8_e4m3", block_m=128,
+                          block_n=128 if head_dim == 128 else 64, num_warps=8 if head_dim == 128 else 4, num_stages=3,
+                          **shape)
+    for head_dim, causal, (dtype, (err_o, max_abs)) in itertools.product((64, 128), (0, 1), FP8_ERRORS.items()):
+        rows.append(_row("fp8", "ours_fp8" if dtype == "fp8_e4m3" else "ours", "fwd", seqlen=1024, head_dim=head_dim,
+                         causal=causal, batch=1, heads=16, dtype=dtype, variant="accuracy",
+                         err_o=err_o * (0.8 if causal else 1.0), max_abs_err_o=max_abs * (1.5 if causal else 1.0)))
+    return rows
+
+
 # jit: seconds of a fresh process's first forward and first backward with an empty Triton cache (compiling) and with
 # a filled one (loading), by head dim; causal adds a little; the second forward+backward in milliseconds
 JIT_FIRST = {("empty", 64): (1.7, 3.9), ("empty", 128): (2.3, 4.6), ("filled", 64): (0.48, 1.9),
@@ -428,7 +457,7 @@ def jit_rows() -> list[dict]:
 ROWS = {"speed": speed_rows, "tiles": tiles_rows, "causal": causal_rows, "seqlen": seqlen_rows,
         "recompute": recompute_rows, "fa1_vs_fa2": fa1_vs_fa2_rows, "accuracy": accuracy_rows,
         "ceiling": ceiling_rows, "training": training_rows, "features": features_rows,
-        "decode": decode_rows}
+        "decode": decode_rows, "fp8": fp8_rows}
 
 
 def write_results(results_dir: str | Path) -> Path:

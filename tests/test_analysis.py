@@ -136,6 +136,12 @@ FLIPS = [
     ("features_varlen", lambda f: scale(f, "features", {"provider": "flex", "variant": "varlen"}, 0.5), HOLDS,
      PARTLY),
     ("features_varlen", lambda f: scale(f, "features", {"variant": "padded"}, 0.2), HOLDS, PARTLY),
+    ("fp8_forward_speedup", lambda f: scale(f, "fp8", {"provider": "ours_fp8", "head_dim": 128}, 1.1,
+                                            where=lambda rows: rows["seqlen_k"] == 4096), HOLDS, PARTLY),
+    ("fp8_forward_speedup", lambda f: scale(f, "fp8", {"provider": "ours_fp8"}, 1.25), HOLDS, DOES_NOT_HOLD),
+    # the fp16 arm 20% faster: no cell reaches the target
+    ("fp8_forward_speedup", lambda f: scale(f, "fp8", {"provider": "ours", "dtype": "fp16"}, 0.8), HOLDS,
+     DOES_NOT_HOLD),
 ]
 
 
@@ -405,3 +411,67 @@ def test_jit_rows_are_checked_like_a_results_file(results_dir, tmp_path):
     frame.drop(columns=["concurrent"]).to_csv(tmp_path / "jit.csv", index=False)
     with pytest.raises(SchemaError, match="expected"):
         read_jit(tmp_path)
+
+
+def test_fp8_claim_pairs_fp8_with_fp16_at_head_dim_128_from_4k_and_leaves_host_bound_cells_out(frames):
+    record = verdicts(frames)["fp8_forward_speedup"]
+    values = record["values"]
+    fp8 = frames["fp8"]
+    verdict_shapes = fp8[(fp8["provider"] == "ours_fp8") & (fp8["variant"] == "default") & (fp8["head_dim"] == 128)
+                         & (fp8["seqlen_k"] >= 4096)].drop_duplicates(["causal", "seqlen_k"])
+    assert values["fwd_n"] == values["n"] == len(verdict_shapes) and record["verdict"] == HOLDS
+    assert values["fwd_longest_seqlen"] == 16384 and "no cell excluded" in record["finding"]
+    # the fp8 cell of one shape waits on the host and runs slower than the target: it decides nothing
+    changed = scale(frames, "fp8", {"provider": "ours_fp8", "head_dim": 128, "causal": 1}, 1.4,
+                    where=lambda rows: rows["seqlen_k"] == 4096)
+    changed["fp8"].loc[select(changed["fp8"], {"provider": "ours_fp8", "head_dim": 128, "causal": 1, "seqlen_k": 4096})
+                       .index, "host_bound"] = 1
+    record = verdicts(changed)["fp8_forward_speedup"]
+    assert record["verdict"] == HOLDS and record["values"]["fwd_n"] == values["fwd_n"] - 1
+    assert record["values"]["host_bound"] == 1 and "1 host-bound cell at seqlen 4096" in record["finding"]
+    # the same cell not host-bound: it decides, and the target is missed there
+    changed["fp8"]["host_bound"] = 0
+    assert verdicts(changed)["fp8_forward_speedup"]["verdict"] == PARTLY
+
+
+def test_fp8_accuracy_rows_are_not_timings(frames):
+    """Rows with errors and no time (the accuracy cells) pass the schema check and pair with nothing."""
+    from analysis import fp8
+
+    pairs, _ = fp8.speed_pairs(frames["fp8"])
+    assert set(pairs["seqlen_k"]) == set(synthetic.FP8_SEQLENS) and len(pairs) == 2 * 2 * len(synthetic.FP8_SEQLENS)
+    errors = fp8.precision(frames["fp8"])
+    assert len(errors) == 2 * 2 * 3 and errors["ms"].isna().all() and errors["repetition"].isna().all()
+    assert list(errors["dtype"][:3]) == ["fp8_e4m3", "fp16", "bf16"]
+
+
+def test_fp8_facts_give_every_head_dim_mask_and_length_and_each_precision(frames, tmp_path):
+    from analysis import facts
+
+    found = facts.collect(frames, read_hardware(), tmp_path)["fp8"]
+    assert found["measured"] and found["seqlens"] == ["1k", "2k", "4k", "8k", "16k"]
+    assert [(line["head_dim"], line["mask"]) for line in found["speed_rows"]] == [
+        (64, "full"), (64, "causal"), (128, "full"), (128, "causal")]
+    fp16 = select(frames["fp8"], {"provider": "ours", "head_dim": 128, "causal": 0, "seqlen_k": 16384})["ms"].median()
+    fp8 = select(frames["fp8"], {"provider": "ours_fp8", "head_dim": 128, "causal": 0, "seqlen_k": 16384})["ms"].median()
+    assert found["speed_rows"][2]["ratios"][-1] == f"{fp16 / fp8:.2f}x"
+    assert found["tokens"] == str(synthetic.TOKENS) and found["hidden"] == str(synthetic.HIDDEN)
+    assert len(found["precision_rows"]) == 12 and found["hosts"] == "the GPU (NVIDIA H200)"
+    first = found["precision_rows"][0]
+    assert first["precision"] == "fp8 (e4m3)" and "dequantised" in first["reference"]
+    assert first["err_o"] == f"{synthetic.FP8_ERRORS['fp8_e4m3'][0]:.2e}"
+    assert float(found["fp8_over_fp16"]) > float(found["fp8_over_bf16"]) > 1
+
+
+def test_fp8_not_in_the_archive_is_no_data_saying_so(frames, tmp_path):
+    from analysis import facts
+
+    without = {name: frame for name, frame in frames.items() if name != "fp8"}
+    record = verdicts(without)["fp8_forward_speedup"]
+    assert record["verdict"] == NO_DATA and record["finding"] == "fp8: not measured in the archived run yet"
+    figure = draw("fp8", without, read_hardware())
+    assert "fp8: not measured" in figure.axes[0].texts[0].get_text()
+    save(figure, "fp8", tmp_path)
+    found = facts.collect(without, read_hardware(), tmp_path)
+    assert "fp8" in found["not_measured"] and found["fp8"] == {"measured": False, "speed_rows": [],
+                                                               "precision_rows": []}
