@@ -226,3 +226,34 @@ def test_report_has_the_jit_table_and_says_when_it_was_not_measured(report, anal
     for fmt in ("md", "tex"):
         text = out[fmt].read_text()
         assert "jit: not measured in the archived run yet" in text and "None" not in text
+
+
+def test_report_has_the_fp8_section_and_says_when_it_was_not_measured(report, analysis_dir, tmp_path):
+    for fmt in ("md", "tex"):
+        text = report[1][fmt].read_text()
+        assert "Beyond the paper: fp8 forward" in text and "fp8: not measured" not in text
+        assert "float64 attention of the dequantised inputs" in text and "None" not in text
+    markdown = report[1]["md"].read_text()
+    assert f"= {synthetic.TOKENS} tokens, heads x head dim = {synthetic.HIDDEN}" in markdown
+    assert re.search(r"\| 128 \| causal( \| [0-9.]+x){5} \|", markdown)  # a ratio per sequence length
+    assert re.search(r"\| 64 \| full \| batch 1, 16 heads, 1024 x 1024 \| fp8 \(e4m3\) \| [0-9.]+e-0[0-9] \|",
+                     markdown)
+    assert re.search(r"relative RMS error is [0-9.]+ times fp16's and [0-9.]+ times bf16's", markdown)
+    assert "figures/fp8.png" in markdown
+    # the archive without fp8.csv: the section, its figure and the appendix say so, the rest renders as before
+    results = synthetic.write_results(tmp_path / "results")
+    (results / "fp8.csv").unlink()
+    build = tmp_path / "analysis"
+    shutil.copytree(analysis_dir, build)
+    claims.main(str(results), str(build / "verdicts.json"), str(build / "claims.csv"))
+    facts.main(str(results), str(build / "figures"), str(build / "facts.json"))
+    figures.main("fp8", str(results), str(build / "figures"))
+    out = render(build, tmp_path / "paper", pdf=False)
+    for fmt in ("md", "tex"):
+        text = out[fmt].read_text()
+        assert "Beyond the paper: fp8 forward" in text and "None" not in text
+        assert "fp8: not measured in the archived run yet (its rows come from" in text
+        assert "Relative RMS error" not in text
+    markdown = out["md"].read_text()
+    summary = next(line for line in markdown.splitlines() if "fp8 (e4m3) forward at head dim 128" in line)
+    assert "fp8: not measured in the archived run yet" in summary and "**no data**" in summary
