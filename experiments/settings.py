@@ -33,8 +33,11 @@ def coerce_cli_strings(config: dict) -> dict:
 
 
 def _coerce(value, node: dict, schema: dict):
-    while "$ref" in node:  # local references only: "#/$defs/name"
-        node = schema["$defs"][node["$ref"].rsplit("/", 1)[-1]]
+    while "$ref" in node or len(node.get("allOf", ())) == 1:
+        if "$ref" in node:  # local references only: "#/$defs/name"
+            node = schema["$defs"][node["$ref"].rsplit("/", 1)[-1]]
+        else:  # {allOf: [{$ref: ...}], description: ...}: a reference with a description of its own
+            node = node["allOf"][0]
     if isinstance(value, dict):
         for key, item in value.items():
             if key in node.get("properties", {}):

@@ -20,7 +20,11 @@ def test_cli_strings_become_the_numbers_the_schema_wants():
     config["speed"] = {"seqlens": ["512", "1024"], "causal": ["true"], "modes": ["fwd"]}
     config["warmup_ms"] = "12.5"
     config["archive_gpu"] = "4090"  # a string key stays a string
+    config["features"] = {"seqlens": ["4096"]}  # a list whose schema refers to its definition through allOf
+    config["fp8"] = {"seqlens": ["4096", "16384"], "accuracy": {"seed": "3"}}
     coerce_cli_strings(config)
+    assert config["features"] == {"seqlens": [4096]}
+    assert config["fp8"] == {"seqlens": [4096, 16384], "accuracy": {"seed": 3}}
     assert config["speed"] == {"seqlens": [512, 1024], "causal": [True], "modes": ["fwd"]}
     assert config["warmup_ms"] == 12.5 and config["archive_gpu"] == "4090"
 
