@@ -204,3 +204,19 @@ def test_a_tiny_speed_grid_is_measured_on_the_gpu(workflow):
     except ImportError:
         return
     assert all(float(row["sm_clock_mhz"]) > 0 and float(row["power_w"]) > 0 for row in rows)
+
+
+def test_an_archive_without_fp8_plans_the_rest_and_the_fp8_target_says_how_to_make_it(workflow):
+    os.remove(workflow / "results" / "archive" / TEST_GPU / "fp8.csv")
+    done = snakemake(workflow, "-n", "results", "--config", "mode=archive", f"archive_gpu={TEST_GPU}")
+    assert planned_jobs(done) == {"from_archive": len(ARCHIVED_FILES) - 1, "measure": 1, "results": 1}
+    assert "fp8.csv" not in done.stdout
+    done = snakemake(workflow, "-n", "fp8", "--config", "mode=archive", f"archive_gpu={TEST_GPU}", check=False)
+    assert done.returncode != 0 and "fp8.csv is missing" in done.stdout + done.stderr
+    # on a GPU host: one measuring job with the fp8 section's settings, and archived with the rest
+    done = snakemake(workflow, "-n", "-p", "fp8", "--config", "mode=measure", "fp8={seqlens: [4096, 16384]}")
+    assert planned_jobs(done) == {"measure": 1, "fp8": 1}
+    assert "-m experiments.run fp8 --output results/fp8.csv" in done.stdout
+    assert '"seqlens": [4096, 16384]' in done.stdout and '"providers": ["ours", "ours_fp8"]' in done.stdout
+    done = snakemake(workflow, "-n", "archive", "--config", "mode=measure")
+    assert "results/archive/nvidia-h200/fp8.csv" in done.stdout and "results/fp8.csv" in done.stdout
