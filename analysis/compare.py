@@ -34,7 +34,8 @@ Rules:
   is within noise (unchanged; it has no ratio).
 - accuracy compares errors, not times: per error column (err_o .. err_dv) the ratio candidate /
   baseline; the cell's ratio is the worst of them, a regression when it exceeds `--error-factor`, an
-  improvement when below its inverse.
+  improvement when below its inverse. So do the cells of a timed ablation that hold errors and no time
+  (fp8's accuracy cells).
 
 Writes OUT/compare.csv (one row per cell: the keys; verdict, one of VERDICTS; regression, 1 when it
 counts as one; judged, 0 for host-bound cells, whose verdict is shown but never counted; ratio, band and
@@ -126,6 +127,12 @@ def _statistics(values: pd.Series) -> dict:
             "spread": spread}
 
 
+def holds_errors(ablation: str, rows: pd.DataFrame) -> bool:
+    """Whether a cell's rows are compared by their errors: accuracy's, and a timed ablation's rows with errors and
+    no time (fp8's accuracy cells)."""
+    return ablation == "accuracy" or bool(rows["ms"].isna().all() and rows[ERROR_COLUMNS].notna().any().any())
+
+
 def side_cells(frame: pd.DataFrame, ablation: str) -> pd.DataFrame:
     """One row per cell of one side: its status and the statistics of its ok repetitions.
 
@@ -140,8 +147,9 @@ def side_cells(frame: pd.DataFrame, ablation: str) -> pd.DataFrame:
         host_bound = ok["host_bound"].fillna(0) == 1
         used = ok[~host_bound] if (~host_bound).any() else ok
         record = dict(zip(keys, key), status=side_status(rows["status"]), rows=len(rows),
-                      host_bound=int(len(ok) > 0 and bool(host_bound.all())), n_host_bound=int(host_bound.sum()))
-        if ablation == "accuracy":
+                      host_bound=int(len(ok) > 0 and bool(host_bound.all())), n_host_bound=int(host_bound.sum()),
+                      errors=int(holds_errors(ablation, rows)))
+        if record["errors"]:
             record.update(n=len(used), median=np.nan, min=np.nan, max=np.nan, spread=np.nan)
             record.update({column: used[column].median() for column in ERROR_COLUMNS})
         else:
@@ -176,7 +184,7 @@ def compare_cell(cell: dict, ablation: str, threshold: float, error_factor: floa
     if not _present(cell["baseline_status"]):
         return {"verdict": "only in candidate", "regression": 0, "judged": 0}
     out = {"metric": "ms", "judged": int(not (cell["baseline_host_bound"] or cell["candidate_host_bound"]))}
-    if ablation == "accuracy":
+    if ablation == "accuracy" or cell["baseline_errors"] == 1 or cell["candidate_errors"] == 1:
         ratios = {f"ratio_{column}": _error_ratio(cell[f"baseline_{column}"], cell[f"candidate_{column}"])
                   for column in ERROR_COLUMNS}
         out.update(ratios)
@@ -298,7 +306,7 @@ def _percent(value) -> str:
 
 def _side_text(cell: dict, side: str) -> str:
     """e.g. "0.2458 ms [0.2451, 0.2463] n=3 (spread 0.5%)", or accuracy's "err_dq 3.1e-04"."""
-    if cell["ablation"] == "accuracy":
+    if cell["ablation"] == "accuracy" or str(cell["metric"]).startswith("err_"):
         return f"{cell['metric']} {_number(cell[f'{side}_median'], 3)}"
     text = f"{_number(cell[f'{side}_median'])} ms"
     if cell[f"{side}_n"] >= 2:

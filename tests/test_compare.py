@@ -228,3 +228,19 @@ def test_fail_on_regression_sets_the_exit_code(tmp_path):
     assert main(same + ["--fail-on-regression"]) == 0
     written = pd.read_csv(tmp_path / "out" / "compare.csv")
     assert list(written["verdict"]) == ["within noise"]  # the last call, --threshold 0.5
+
+
+def test_the_error_cells_of_a_timed_ablation_compare_errors(tmp_path):
+    """fp8.csv: timed cells by their times, its accuracy cells (errors, no time) by their errors."""
+    fp8 = dict(experiment="fp8", provider="ours_fp8", dtype="fp8_e4m3")
+
+    def accuracy(err_o):
+        return rows([None], **fp8, variant="accuracy", repetition="", err_o=err_o, max_abs_err_o=0.02)
+
+    baseline = rows(STEADY, **fp8) + accuracy(0.02)
+    candidate = rows(STEADY, **fp8) + accuracy(0.05)
+    cells = compare(tmp_path, baseline, candidate, ablation="fp8")
+    timed, errors = only(cells, variant="default"), only(cells, variant="accuracy")
+    assert timed["verdict"] == "within noise" and timed["metric"] == "ms"
+    assert errors["verdict"] == "regression" and errors["metric"] == "err_o"
+    assert errors["ratio"] == pytest.approx(2.5) and errors["regression"] == 1
