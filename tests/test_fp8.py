@@ -127,8 +127,14 @@ def test_fp8_inputs_match_the_rounded_p_reference(shape, causal, poisoned_alloca
                                                f"P rounded to e4m3 ({err_rounded:.4f}) plus bf16 rounding")
     finite = torch.isfinite(ref_lse)
     assert torch.equal(torch.isfinite(lse), finite), "rows without keys: lse -inf"
-    # lse sees no P rounding: only Q K^T's float32 accumulation and the exp2/log2 in float32
-    assert (lse.double() - ref_lse)[finite].abs().max().item() < 1e-3
+    # lse sees no P rounding, only Q K^T's accumulation and exp2/log2 in float32. Hopper's fp8 tensor
+    # cores accumulate with about 14 bits of mantissa, not float32's 24: a score may be off by a few
+    # 2^-14 of sum_d |q_d k_d| (scaled), and lse, a smooth max of the scores, by no more than its
+    # largest score error. Bound: 2^-11 of the row's largest scaled sum_d |q_d k_d|, plus float32's share.
+    abs_k = exact[1].abs().repeat_interleave(heads // kv_heads, dim=1)
+    bound = scale * (exact[0].abs() @ abs_k.transpose(-1, -2)).amax(dim=-1) * 2.0 ** -11 + 1e-5
+    excess = ((lse.double() - ref_lse).abs() - bound)[finite]
+    assert excess.max().item() <= 0, f"lse off by {excess.max().item():.2e} more than the accumulation bound"
 
 
 def test_fp8_default_descales_and_negative_scale():
