@@ -2,10 +2,10 @@
 
     python3 notes/round6_facts.py [RUN_DIR] [ARCHIVE_DIR] [COMPARE_CSV]
 
-RUN_DIR defaults to notes/round6_run (the round-6 H200 run at cc07b7d: every ablation but
-fa1_vs_fa2, which the device time cut short), ARCHIVE_DIR to results/archive/nvidia-h200 (run
-919b2d3), COMPARE_CSV to notes/compare_round6/compare.csv (`python -m analysis.compare
-results/archive/nvidia-h200 notes/round6_run --out notes/compare_round6`).
+RUN_DIR defaults to results/archive/nvidia-h200 (the round-6 H200 run at cc07b7d, archived),
+ARCHIVE_DIR to the archive it replaced (run 919b2d3), read from git at the last commit that held it,
+COMPARE_CSV to notes/compare_round6/compare.csv (`snakemake --cores 1 compare --config
+compare='{baseline: OLD_ARCHIVE, candidate: results/archive/nvidia-h200}'`, copied there).
 
 1. compare: the improvements by ablation, provider, mode and head dim (ratio = new / old ms).
 2. speed: ours' fp16 TFLOP/s at head dim 256 per length and mode, old and new.
@@ -16,12 +16,28 @@ results/archive/nvidia-h200 notes/round6_run --out notes/compare_round6`).
 5. features: the dropout arms against SDPA flash (forward+backward, median ms).
 6. jit: first-call seconds per head dim and mask, empty and filled cache.
 """
+import os
+import subprocess
 import sys
+import tempfile
 
 import pandas as pd
 
-run = sys.argv[1] if len(sys.argv) > 1 else "notes/round6_run"
-archive = sys.argv[2] if len(sys.argv) > 2 else "results/archive/nvidia-h200"
+# The last commit whose results/archive/nvidia-h200 is the run of 919b2d3.
+PREVIOUS_ARCHIVE_COMMIT = "ac5d5cf67137"
+
+
+def previous_archive():
+    """Extract results/archive/nvidia-h200 as of PREVIOUS_ARCHIVE_COMMIT into a temporary folder."""
+    folder = tempfile.mkdtemp(prefix="archive-919b2d3-")
+    tar = subprocess.run(["git", "archive", PREVIOUS_ARCHIVE_COMMIT, "results/archive/nvidia-h200"],
+                         check=True, capture_output=True).stdout
+    subprocess.run(["tar", "x", "-C", folder], input=tar, check=True)
+    return os.path.join(folder, "results/archive/nvidia-h200")
+
+
+run = sys.argv[1] if len(sys.argv) > 1 else "results/archive/nvidia-h200"
+archive = sys.argv[2] if len(sys.argv) > 2 else previous_archive()
 compare_csv = sys.argv[3] if len(sys.argv) > 3 else "notes/compare_round6/compare.csv"
 pd.set_option("display.width", 220)
 pd.set_option("display.max_rows", 500)
