@@ -10,9 +10,13 @@ on the lent one-GPU H200) beside the archive's (cc07b7d):
 2. the spread of SDPA flash's own host time over those cells (how noisy the measure is);
 3. ours' fp16 TFLOP/s at head dims 64 and 128, 16k tokens, new over old (kernels unchanged).
 """
+import os
+import sys
+
 import pandas as pd
 
-from analysis.claims import host_time_ratio
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+from analysis.claims import host_time_ratio  # noqa: E402
 
 RUNS = {"archive cc07b7d": "results/archive/nvidia-h200/speed.csv",
         "next/round7 f0119d2": "notes/round7_partial/speed.csv"}
