@@ -131,6 +131,11 @@ def _forward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slope
             out, lse = fa1_forward(q, k, v, opts.softmax_scale, opts.causal, TileConfig(*opts.fwd_tiles),
                                    fit_tiles=opts.fit_fwd_tiles)
             return out, lse, q.new_empty((0,), dtype=torch.float32)
+        if opts.hopper:
+            from kernels._hopper import hopper_forward
+
+            out, lse = hopper_forward(q, k, v, opts.softmax_scale, opts.causal)
+            return out, lse, q.new_empty((0,), dtype=torch.float32)
         return attention_forward(q, k, v, opts, alibi_slopes, dropout_seed, cu_seqlens_q, cu_seqlens_k)
 
 
@@ -323,6 +328,25 @@ def _negated_fp8(t: torch.Tensor) -> torch.Tensor:
     return (t.view(torch.uint8) ^ 0x80).view(t.dtype)
 
 
+def _check_hopper(q, k, v, opts: AttentionOptions, alibi, varlen: bool, fwd_tiles) -> None:
+    """NotImplementedError naming everything a hopper=True call asks for that the Hopper forward
+    (kernels/_hopper.py) does not do; nothing is ignored or quietly sent elsewhere."""
+    from kernels._hopper import hopper_unsupported
+
+    used = opts.features + (["alibi_slopes"] if alibi is not None else [])
+    used += [name for name, on in (("cu_seqlens_q/cu_seqlens_k (packed batches)", varlen),
+                                   (f"algorithm={opts.algorithm!r}", opts.algorithm != "fa2"),
+                                   ("fwd_tiles", fwd_tiles is not None), ("recompute=False", not opts.recompute),
+                                   ("deferred_rescale=False", not opts.deferred_rescale),
+                                   ("seq_parallel=False", not opts.seq_parallel),
+                                   ("skip_masked_tiles=False", not opts.skip_masked_tiles)) if on]
+    used += hopper_unsupported(q, k, v, opts.causal)
+    if used:
+        raise NotImplementedError(f"hopper=True does not support {'; '.join(used)}: the Hopper forward covers "
+                                  "float16/bfloat16, head dims 64 and 128, causal and full masks and GQA on sm_90 "
+                                  "(call without hopper=True for the portable kernels)")
+
+
 def _draw_dropout_seed(device: torch.device) -> torch.Tensor:
     """One Philox seed from torch's default generator of `device` (drawn there: no host-device
     copy), so torch.manual_seed reproduces the mask."""
@@ -338,7 +362,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                     skip_masked_tiles: bool = True, algorithm: str = "fa2",
                     cu_seqlens_q: torch.Tensor | None = None, cu_seqlens_k: torch.Tensor | None = None,
                     max_seqlen_q: int = 0, max_seqlen_k: int = 0, q_descale: torch.Tensor | None = None,
-                    k_descale: torch.Tensor | None = None, v_descale: torch.Tensor | None = None):
+                    k_descale: torch.Tensor | None = None, v_descale: torch.Tensor | None = None,
+                    hopper: bool = False):
     """Exact attention softmax(q k^T * scale) v with FlashAttention-2 kernels (or FlashAttention-1's).
 
     Args:
@@ -427,6 +452,17 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         forward is deterministic). `flash_attn_func` and the rest of
         flash-attn 2.8's API take float16/bfloat16 only.
 
+    Hopper forward, keyword-only:
+        hopper: True runs the forward on kernels/_hopper.py (sm_90 only: TMA loads by a
+            warp-specialised producer warp, two consumer warpgroups on asynchronous wgmma with
+            the softmax of one key tile overlapped with P V of the previous one); the backward
+            stays the portable one, fed by its output and lse. Off by default. It covers float16
+            and bfloat16, head dims 64 and 128, causal (seqlen_q <= seqlen_k) and full masks,
+            grouped-query attention, and inputs whose heads' rows are contiguous ((B, H, N, D)
+            dense); anything else, including the training features, packed batches, fwd_tiles
+            and the forward's ablation switches, raises NotImplementedError naming it. Its
+            output is contiguous.
+
     Returns o (B, H, Nq, D), laid out like q where q is dense (bfloat16 for fp8 inputs), then
     lse with return_lse, then the probabilities with return_probs (a tuple when either is set).
     """
@@ -478,7 +514,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                            "algorithm='fa1'": algorithm == "fa1", "bwd_tiles": bwd_tiles is not None,
                            "atomic_dq=True": bool(atomic_dq), "recompute=False": not recompute,
                            "deferred_rescale=False": not deferred_rescale, "seq_parallel=False": not seq_parallel,
-                           "skip_masked_tiles=False": not skip_masked_tiles})
+                           "skip_masked_tiles=False": not skip_masked_tiles, "hopper=True": bool(hopper)})
         kv_heads = k.shape[1]
         descales = (_check_descale("q_descale", q_descale, batch, q.shape[1], q),
                     _check_descale("k_descale", k_descale, batch, kv_heads, q),
@@ -502,7 +538,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         fit_fwd_tiles=fwd_tiles is None, fit_bwd_tiles=bwd_tiles is None,
         recompute=bool(recompute), deferred_rescale=bool(deferred_rescale), seq_parallel=bool(seq_parallel),
         skip_masked_tiles=bool(skip_masked_tiles), atomic_dq=bool(atomic_dq), algorithm=algorithm,
-        max_seqlen_q=int(max_seqlen_q) if varlen else 0, max_seqlen_k=int(max_seqlen_k) if varlen else 0)
+        max_seqlen_q=int(max_seqlen_q) if varlen else 0, max_seqlen_k=int(max_seqlen_k) if varlen else 0,
+        hopper=bool(hopper))
     if varlen:
         check_varlen(opts, cu_seqlens_q, cu_seqlens_k)
     features = opts.features + (["alibi_slopes"] if alibi is not None else [])
@@ -510,6 +547,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         raise NotImplementedError(f"{', '.join(features)} not supported with algorithm='fa1'")
     if features and not recompute:
         raise NotImplementedError(f"{', '.join(features)} not supported with recompute=False (stored scores)")
+
+    if hopper:
+        _check_hopper(q, k, v, opts, alibi, varlen, fwd_tiles)
 
     def result(out, lse, probs):
         extra = ((lse,) if return_lse else ()) + ((probs,) if return_probs else ())

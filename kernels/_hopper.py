@@ -1,0 +1,297 @@
+"""The Hopper (sm_90) forward: TMA loads, a warp-specialised producer and asynchronous wgmma.
+
+The portable kernels (`_forward.py`) load tiles through pointers and leave the overlap of memory
+and arithmetic to Triton's software pipeliner. This forward is written in Triton's Gluon dialect
+(`triton.experimental.gluon`), which exposes Hopper's pieces directly, in the manner of
+FlashAttention-3:
+
+- one producer warp streams K and V tiles by TMA (the bulk tensor copy engine) into a ring of
+  `STAGES` shared-memory slots, each guarded by a "ready" and an "empty" mbarrier;
+- the consumer partition (two warpgroups, 64 query rows each, 128 rows a program) runs
+  S = Q K^T and O += P V as asynchronous warpgroup MMAs, with P passed from registers;
+- with `OVERLAP`, the consumers issue S_{j+1} = Q K_{j+1}^T and O += P_j V_j back to back and
+  compute the softmax of S_{j+1} while P_j V_j is still running on the tensor cores
+  (FlashAttention-3's intra-warpgroup pipelining);
+- causal programs are launched longest first (the query blocks nearest the end of the sequence
+  have the most keys).
+
+It covers float16 and bfloat16, head dims 64 and 128, any sequence lengths (causal with
+seqlen_q <= seqlen_k, aligned bottom-right as flash-attn does), grouped-query attention, and the
+(B, H, N, D) layout with N rows of one head contiguous. `hopper_unsupported` names what a call
+needs beyond that; `kernels.attention` raises NotImplementedError with it. The output and the
+log-sum-exp follow the portable forward's conventions, so the portable backward runs unchanged
+after it. Nothing here runs on Triton's interpreter: the kernel needs an sm_90 GPU.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+HEAD_DIMS = (64, 128)
+HALF_M = 64  # query rows of one consumer warpgroup; a program holds two
+BLOCK_M = 2 * HALF_M
+CONSUMER_WARPS = 4  # one warpgroup: the default partition, and the second consumer
+MAX_REGS = 168  # per thread at launch: 65536 registers over 3 x 4 warps, rounded down to 8
+# Read inside the kernels (module-level constants a Gluon kernel sees must be constexprs):
+_LN2 = gl.constexpr(LN2)
+_CONSUMER_WARPS = gl.constexpr(CONSUMER_WARPS)
+_CONSUMER_REGS = gl.constexpr(240)  # then setmaxnreg: 2 x 128 threads x 240 + 128 x 24 <= 65536
+_PRODUCER_REGS = gl.constexpr(24)  # the producer only computes coordinates
+
+
+@functools.lru_cache(maxsize=None)
+def default_config(head_dim: int) -> tuple[int, int]:
+    """(BLOCK_N, STAGES): the K/V ring must fit beside Q in 227 KB of shared memory."""
+    return (128, 2) if head_dim == 128 else (128, 3)
+
+
+def hopper_unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> list[str]:
+    """What this call needs that the Hopper forward lacks (empty: it can run)."""
+    missing = []
+    if not (q.is_cuda and torch.cuda.get_device_capability(q.device) == (9, 0)):
+        missing.append("a compute capability 9.0 (Hopper) GPU")
+    if q.dtype not in (torch.float16, torch.bfloat16):
+        missing.append(f"dtype {q.dtype} (float16 and bfloat16 only)")
+    if q.shape[-1] not in HEAD_DIMS:
+        missing.append(f"head dim {q.shape[-1]} (64 and 128 only)")
+    if causal and q.shape[2] > k.shape[2]:
+        missing.append("causal attention with seqlen_q > seqlen_k")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not _rows_flatten(t):
+            missing.append(f"{name}'s strides {tuple(t.stride())} ((B, H, N, D) with each head's rows contiguous, "
+                           "16-byte aligned)")
+    return missing
+
+
+def _rows_flatten(t: torch.Tensor) -> bool:
+    """True if the (B, H, N, D) tensor is one (B*H*N, D) matrix that TMA can address."""
+    b, h, n, d = t.shape
+    sb, sh, sn, sd = t.stride()
+    return (sd == 1 and sn == d and (sh == n * d or h == 1) and (sb == h * n * d or b == 1)
+            and t.data_ptr() % 16 == 0)
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty,
+              q_row, kv_row, n_tiles, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """One warp: both consumers' Q tiles once, then K and V tile by tile into the ring, each slot
+    refilled once both consumers have released it."""
+    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [q_row, 0], q_bar, q_smem.index(0))
+    tma.async_copy_global_to_shared(q_desc, [q_row + q_desc.block_type.shape[0], 0], q_bar, q_smem.index(1))
+    for i in range(n_tiles):
+        slot = i % STAGES
+        phase = (i // STAGES) & 1
+        row = kv_row + i * BLOCK_N
+        mbarrier.wait(k_empty.index(slot), phase ^ 1)  # a fresh barrier passes the wait on phase 1
+        mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [row, 0], k_ready.index(slot), k_smem.index(slot))
+        mbarrier.wait(v_empty.index(slot), phase ^ 1)
+        mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(v_desc, [row, 0], v_ready.index(slot), v_smem.index(slot))
+
+
+@gluon.jit
+def _masked(s, i, rows, cols, mask_from, N_K, causal_offset, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """Scores of key tile i with the invisible entries at -inf (only tiles from mask_from on
+    hold any: past the last key, or above the causal diagonal)."""
+    start = i * BLOCK_N
+    if start + BLOCK_N > mask_from:
+        key = gl.expand_dims(start + cols, 0)
+        visible = key < N_K
+        if CAUSAL:
+            visible = visible & (key <= gl.expand_dims(rows, 1) + causal_offset)
+        s = gl.where(visible, s, float("-inf"))
+    return s
+
+
+@gluon.jit
+def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Out, Lse,
+              block_row, out_block_row, n_total, N_Q, N_K, qk_scale, WHICH: gl.constexpr,
+              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+              CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, num_warps: gl.constexpr):
+    """One warpgroup, query rows [block_row + WHICH * BLOCK_M, + BLOCK_M): the online softmax over
+    the key tiles it can see, then O / l and the lse. It releases every slot the producer fills,
+    also those of tiles past its own causal bound."""
+    dtype: gl.constexpr = q_smem.dtype
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    q_tile = q_smem.index(WHICH)
+    row0 = block_row + WHICH * BLOCK_M
+    rows = row0 + gl.arange(0, BLOCK_M, layout=row_layout)
+    cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    causal_offset = N_K - N_Q  # bottom-right: query i sees keys j <= i + N_K - N_Q
+    if CAUSAL:
+        n_tiles = gl.cdiv(gl.minimum(N_K, row0 + BLOCK_M + causal_offset), BLOCK_N)
+        mask_from = gl.minimum(N_K, row0 + causal_offset + 1)  # the first row's first invisible key
+    else:
+        n_tiles = n_total
+        mask_from = N_K
+
+    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
+    l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
+    mbarrier.wait(q_bar, 0)
+
+    if OVERLAP:
+        # Tile 0: its scores and probabilities, before the pipelined loop.
+        mbarrier.wait(k_ready.index(0), 0)
+        s = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        s = warpgroup_mma_wait(0, deps=[s])
+        mbarrier.arrive(k_empty.index(0), count=1)
+        s = _masked(s, 0, rows, cols, mask_from, N_K, causal_offset, BLOCK_N, CAUSAL)
+        m_i = gl.max(s, axis=1) * qk_scale
+        p = gl.exp2(s * qk_scale - gl.expand_dims(m_i, 1))
+        l_i = gl.sum(p, axis=1)
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
+        for i in range(1, n_tiles):
+            slot = i % STAGES
+            prev = (i - 1) % STAGES
+            mbarrier.wait(k_ready.index(slot), (i // STAGES) & 1)
+            s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            mbarrier.wait(v_ready.index(prev), ((i - 1) // STAGES) & 1)
+            acc = warpgroup_mma(p_op, v_smem.index(prev), acc, is_async=True)
+            s = warpgroup_mma_wait(1, deps=[s])  # S_i is done; P_{i-1} V_{i-1} may still run
+            mbarrier.arrive(k_empty.index(slot), count=1)
+            s = _masked(s, i, rows, cols, mask_from, N_K, causal_offset, BLOCK_N, CAUSAL)
+            m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
+            p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+            alpha = gl.exp2(m_i - m_new)
+            l_i = l_i * alpha + gl.sum(p, axis=1)
+            m_i = m_new
+            acc, p_op = warpgroup_mma_wait(0, deps=[acc, p_op])
+            mbarrier.arrive(v_empty.index(prev), count=1)
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+        last = (n_tiles - 1) % STAGES
+        mbarrier.wait(v_ready.index(last), ((n_tiles - 1) // STAGES) & 1)
+        acc = warpgroup_mma(p_op, v_smem.index(last), acc, is_async=True)
+        acc, p_op = warpgroup_mma_wait(0, deps=[acc, p_op])
+        mbarrier.arrive(v_empty.index(last), count=1)
+    else:
+        for i in range(n_tiles):
+            slot = i % STAGES
+            phase = (i // STAGES) & 1
+            mbarrier.wait(k_ready.index(slot), phase)
+            s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            s = warpgroup_mma_wait(0, deps=[s])
+            mbarrier.arrive(k_empty.index(slot), count=1)
+            s = _masked(s, i, rows, cols, mask_from, N_K, causal_offset, BLOCK_N, CAUSAL)
+            m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
+            p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+            alpha = gl.exp2(m_i - m_new)
+            l_i = l_i * alpha + gl.sum(p, axis=1)
+            m_i = m_new
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            mbarrier.wait(v_ready.index(slot), phase)
+            acc = warpgroup_mma(p_op, v_smem.index(slot), acc, is_async=True)
+            acc, p_op = warpgroup_mma_wait(0, deps=[acc, p_op])
+            mbarrier.arrive(v_empty.index(slot), count=1)
+    for i in range(n_tiles, n_total):  # the other consumer's tiles: release them unread
+        slot = i % STAGES
+        phase = (i // STAGES) & 1
+        mbarrier.wait(k_ready.index(slot), phase)
+        mbarrier.arrive(k_empty.index(slot), count=1)
+        mbarrier.wait(v_ready.index(slot), phase)
+        mbarrier.arrive(v_empty.index(slot), count=1)
+
+    # Epilogue: O / l, and lse = ln(sum exp(scaled scores)) (m is in the log2 domain).
+    o_rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, o_layout))
+    o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+    inv_l = gl.convert_layout(1.0 / l_i, gl.SliceLayout(1, o_layout))
+    o = (acc * gl.expand_dims(inv_l, 1)).to(dtype)
+    out_row = out_block_row + WHICH * BLOCK_M
+    in_rows = gl.expand_dims(row0 + o_rows < N_Q, 1) & gl.expand_dims(o_cols < HEAD_DIM, 0)
+    offsets = (out_row + gl.expand_dims(o_rows, 1)).to(gl.int64) * HEAD_DIM + gl.expand_dims(o_cols, 0)
+    gl.store(Out + offsets, o, mask=in_rows)
+    lse = (m_i + gl.log2(l_i)) * _LN2
+    gl.store(Lse + (out_row + gl.arange(0, BLOCK_M, layout=row_layout)).to(gl.int64), lse, mask=rows < N_Q)
+
+
+@gluon.jit
+def _hopper_fwd(q_desc, k_desc, v_desc, Out, Lse, N_Q, N_K, HEADS, GROUP, qk_scale,
+                BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+                CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, num_warps: gl.constexpr):
+    """A program: 2 x HALF query rows of one (batch, head); warps: consumer 0 (the default
+    partition), consumer 1 and the producer."""
+    HALF: gl.constexpr = q_desc.block_type.shape[0]
+    pid_m = gl.program_id(0)
+    if CAUSAL:  # longest first: the last query blocks see the most keys
+        pid_m = gl.num_programs(0) - 1 - pid_m
+    off_hz = gl.program_id(1)
+    kv_head = (off_hz // HEADS) * (HEADS // GROUP) + (off_hz % HEADS) // GROUP
+    block_row = pid_m * 2 * HALF
+    q_row = off_hz * N_Q + block_row
+    kv_row = kv_head * N_K
+    if CAUSAL:
+        n_total = gl.cdiv(gl.minimum(N_K, block_row + 2 * HALF + N_K - N_Q), BLOCK_N)
+    else:
+        n_total = gl.cdiv(N_K, BLOCK_N)
+
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [2, HALF, HEAD_DIM], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=2)  # both consumers release a slot
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(v_empty.index(i), count=2)
+
+    gl.warp_specialize([
+        (_consumer, (q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Out, Lse,
+                     block_row, q_row, n_total, N_Q, N_K, qk_scale, 0, HALF, BLOCK_N, HEAD_DIM, STAGES, CAUSAL,
+                     OVERLAP, num_warps)),
+        (_consumer, (q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Out, Lse,
+                     block_row, q_row, n_total, N_Q, N_K, qk_scale, 1, HALF, BLOCK_N, HEAD_DIM, STAGES, CAUSAL,
+                     OVERLAP, num_warps)),
+        (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty,
+                     q_row, kv_row, n_total, BLOCK_N, STAGES)),
+    ], [_CONSUMER_WARPS, 1], [_CONSUMER_REGS, _PRODUCER_REGS])
+
+
+def _descriptor(t: torch.Tensor, block_rows: int) -> TensorDescriptor:
+    b, h, n, d = t.shape
+    layout = gl.NVMMASharedLayout.get_default_for([block_rows, d], gl.float16 if t.dtype == torch.float16
+                                                  else gl.bfloat16)
+    return TensorDescriptor(t, [b * h * n, d], [d, 1], [block_rows, d], layout)
+
+
+def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool,
+                   overlap: bool = True, block_n: int | None = None, stages: int | None = None,
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out (B, H, Nq, D) contiguous like q's dtype, lse (B, H, Nq) float32, natural log).
+
+    The caller checks `hopper_unsupported` first (kernels.attention does)."""
+    batch, heads, n_q, head_dim = q.shape
+    kv_heads, n_k = k.shape[1], k.shape[2]
+    default_n, default_stages = default_config(head_dim)
+    block_n, stages = block_n or default_n, stages or default_stages
+    out = torch.empty((batch, heads, n_q, head_dim), device=q.device, dtype=q.dtype)
+    lse = torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32)
+    grid = (triton.cdiv(n_q, BLOCK_M), batch * heads)
+    _hopper_fwd[grid](_descriptor(q, HALF_M), _descriptor(k, block_n), _descriptor(v, block_n), out, lse,
+                      n_q, n_k, heads, heads // kv_heads, softmax_scale * LOG2E,
+                      BLOCK_N=block_n, HEAD_DIM=head_dim, STAGES=stages, CAUSAL=causal,
+                      OVERLAP=overlap, num_warps=CONSUMER_WARPS, maxnreg=MAX_REGS)
+    return out, lse

@@ -1,0 +1,72 @@
+"""Compile the Hopper forward (kernels/_hopper.py) for sm_90a on a machine without a GPU.
+
+Gluon kernels never run on Triton's interpreter, so this is where a layout, register or shared
+memory problem shows up before the GPU: every configuration (head dim x mask x pipeline) goes
+through Triton's compiler for the H100/H200 target with the signature a launch would have, and
+ptxas reports its registers, spills and barriers.
+
+    PYTHONPATH=. python3 tests/hopper_compile.py
+
+Run by tests/test_hopper.py in a subprocess (the interpreter must be off).
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import triton
+from triton._C.libtriton import native_specialize_impl
+from triton.backends.compiler import BaseBackend, GPUTarget
+from triton.backends.nvidia.compiler import get_ptxas
+from triton.compiler import make_backend
+from triton.experimental.gluon._runtime import GluonASTSource
+
+from kernels import _hopper
+
+SM90 = GPUTarget("cuda", 90, 32)
+
+
+def compile_config(head_dim: int, causal: bool, overlap: bool, dtype=torch.float16, n: int = 4096) -> str:
+    """One configuration compiled for sm_90a; returns a line with what ptxas reports."""
+    x = torch.empty(1, 2, n, head_dim, dtype=dtype)
+    block_n, stages = _hopper.default_config(head_dim)
+    args = dict(q_desc=_hopper._descriptor(x, _hopper.HALF_M), k_desc=_hopper._descriptor(x, block_n),
+                v_desc=_hopper._descriptor(x, block_n), Out=x, Lse=torch.empty(1, dtype=torch.float32))
+    signature = {name: native_specialize_impl(BaseBackend, value, False, True, True)[0] for name, value in args.items()}
+    signature.update(N_Q="i32", N_K="i32", HEADS="i32", GROUP="i32", qk_scale="fp32")
+    constants = dict(BLOCK_N=block_n, HEAD_DIM=head_dim, STAGES=stages, CAUSAL=causal, OVERLAP=overlap,
+                     num_warps=_hopper.CONSUMER_WARPS)
+    signature.update({name: "constexpr" for name in constants})
+    kernel = _hopper._hopper_fwd
+    constexprs = {(kernel.arg_names.index(name),): value for name, value in constants.items()}
+    options = make_backend(SM90).parse_options(dict(num_warps=_hopper.CONSUMER_WARPS, maxnreg=_hopper.MAX_REGS))
+    start = time.time()
+    compiled = triton.compile(GluonASTSource(kernel, signature, constexprs, {}), target=SM90, options=options.__dict__)
+    ptx = compiled.asm["ptx"]
+    arch = re.search(r"\.target (sm_\w+)", ptx).group(1)
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
+        f.write(ptx)
+        f.flush()
+        report = subprocess.run([get_ptxas(90).path, "-v", f"--gpu-name={arch}", f.name, "-o", "/dev/null"],
+                                capture_output=True, text=True, check=True).stderr
+    info = "; ".join(line.split("info    : ")[-1].strip() for line in report.splitlines()
+                     if "Used" in line or "spill" in line)
+    return (f"d{head_dim} causal={causal} overlap={overlap}: {arch} shared={compiled.metadata.shared} "
+            f"wgmma={ptx.count('wgmma.mma_async')} setmaxnreg={ptx.count('setmaxnreg')} "
+            f"({time.time() - start:.1f} s) | {info}")
+
+
+def main() -> int:
+    for head_dim in _hopper.HEAD_DIMS:
+        for causal in (False, True):
+            for overlap in (False, True):
+                print(compile_config(head_dim, causal, overlap), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
