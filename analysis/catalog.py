@@ -28,6 +28,7 @@ FIGURES = {
     "features": ("features",),
     "decode": ("decode",),
     "fp8": ("fp8",),
+    "hopper": ("hopper",),
 }
 
 

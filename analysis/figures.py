@@ -569,6 +569,43 @@ def draw_features(frames):
     return figure
 
 
+HOPPER_ARMS = {
+    "portable": ("portable FlashAttention-2 forward", _COLOURS[3]),
+    "hopper_serial": ("+ TMA, warp specialisation, async wgmma", _COLOURS[9]),
+    "hopper": ("+ softmax overlapped with P V", _COLOURS[1]),
+}
+
+
+def draw_hopper(frames):
+    """TFLOP/s of each Hopper arm and cuDNN by sequence length, a panel per head dim and mask, solid forward,
+    dashed forward+backward (the portable backward after each arm's forward)."""
+    if "hopper" not in frames:
+        return _empty("hopper: not measured in the archived run yet")
+    frame = measured(attention_rows(frames["hopper"]))
+    if frame.empty:
+        return _empty("no measured rows in hopper.csv (the Hopper arms need a compute capability 9.0 GPU)")
+    frame = frame[frame["dtype"] == _primary_dtype(frame)]
+    panels = sorted(frame.groupby(["head_dim", "causal"]).groups)
+    figure, axes = plt.subplots(1, len(panels), figsize=(2.6 * len(panels), 3.2), squeeze=False, sharey=True)
+    modes = {"fwd": "-", "fwd_bwd": "--"}
+    arms = [(("ours", variant), *_look(HOPPER_ARMS, variant)) for variant in _known(HOPPER_ARMS, frame["variant"])]
+    arms += [((provider, "default"), *_look(PROVIDERS, provider)) for provider in sorted(set(frame["provider"]) - {"ours"})]
+    for axis, (head_dim, causal) in zip(axes.flat, panels):
+        panel = frame[(frame["head_dim"] == head_dim) & (frame["causal"] == causal)]
+        for (provider, variant), label, colour in arms:
+            for mode, line in modes.items():
+                rows = panel[(panel["provider"] == provider) & (panel["variant"] == variant) & (panel["mode"] == mode)]
+                if not rows.empty:
+                    _line_with_bars(axis, aggregate(rows, "tflops"), "tflops", colour,
+                                    f"{label}, {MODE_TITLES[mode]}", line)
+        _seqlen_axis(axis, sorted(panel["seqlen_k"].unique()))
+        axis.set_title(_panel_title(head_dim, causal), fontsize=8)
+        axis.set_ylabel("TFLOP/s")
+    _legend_below(figure, axes, ncol=2)
+    figure.tight_layout(rect=(0, 0.22, 1, 1))
+    return figure
+
+
 def draw(name: str, frames: dict, hardware: dict):
     _style()
     if name.startswith("speed_"):
@@ -579,7 +616,7 @@ def draw(name: str, frames: dict, hardware: dict):
         return draw_peak_fraction(frames, hardware)
     return {"memory": draw_memory, "recompute": draw_recompute, "causal": draw_causal,
             "fa1_to_fa2": draw_fa1_to_fa2, "accuracy": draw_accuracy, "training": draw_training,
-            "features": draw_features, "decode": _draw_decode, "fp8": _draw_fp8}[name](frames)
+            "features": draw_features, "decode": _draw_decode, "fp8": _draw_fp8, "hopper": draw_hopper}[name](frames)
 
 
 def save(figure, name: str, out_dir: str | Path) -> dict[str, Path]:

@@ -454,10 +454,31 @@ def jit_rows() -> list[dict]:
     return rows
 
 
+# hopper (experiments/grid.py, HOPPER_ARMS): the Hopper forward's steps over the portable forward, shaped like
+# notes/round10_summary.txt (the serial consumers about 1.05x the portable forward, the overlap 1.07x more; the
+# backward the portable one in every arm, so forward+backward gains less); cuDNN from PLATEAU.
+HOPPER_STEPS = {"portable": 1.0, "hopper_serial": 1.05, "hopper": 1.12}
+
+
+def hopper_rows() -> list[dict]:
+    rows = _ceilings("hopper")
+    for mode, head_dim, causal, seqlen in itertools.product(("fwd", "fwd_bwd"), (64, 128), (0, 1), SEQLENS[2:]):
+        portable = _tflops("ours", mode, seqlen, head_dim, causal)
+        for variant, step in HOPPER_STEPS.items():
+            gain = step if mode == "fwd" else 1.0 + (step - 1.0) / 3
+            tiles = (dict(block_m=128, block_n=128, num_warps=12, num_stages=2) if variant != "portable"
+                     else dict(block_m=128, block_n=64, num_warps=8, num_stages=3))
+            rows += _repeated("hopper", "ours", mode, portable * gain, seqlen=seqlen, head_dim=head_dim, causal=causal,
+                              variant=variant, recompute=1, **tiles)
+        rows += _repeated("hopper", "sdpa_cudnn", mode, _tflops("sdpa_cudnn", mode, seqlen, head_dim, causal),
+                          seqlen=seqlen, head_dim=head_dim, causal=causal)
+    return rows
+
+
 ROWS = {"speed": speed_rows, "tiles": tiles_rows, "causal": causal_rows, "seqlen": seqlen_rows,
         "recompute": recompute_rows, "fa1_vs_fa2": fa1_vs_fa2_rows, "accuracy": accuracy_rows,
         "ceiling": ceiling_rows, "training": training_rows, "features": features_rows,
-        "decode": decode_rows, "fp8": fp8_rows}
+        "decode": decode_rows, "fp8": fp8_rows, "hopper": hopper_rows}
 
 
 def write_results(results_dir: str | Path) -> Path:

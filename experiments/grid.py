@@ -19,6 +19,15 @@ CAUSAL_VARIANTS = {
     "full": (False, ()),
 }
 RECOMPUTE_VARIANTS = {"recompute": (("recompute", True),), "store_scores": (("recompute", False),)}
+# The Hopper forward (kernels/_hopper.py), one technique at a time: the portable FlashAttention-2
+# forward; TMA loads by a warp-specialised producer and asynchronous wgmma, the consumers serial;
+# then the softmax of one key tile overlapped with P V of the previous one. The backward is the
+# portable one in every arm (forward+backward rows show what the forward buys a training step).
+HOPPER_ARMS = {
+    "portable": (),
+    "hopper_serial": (("hopper", True), ("hopper_overlap", False)),
+    "hopper": (("hopper", True),),
+}
 # `fa1` is the faithful FlashAttention-1 (kernels/_fa1.py: Algorithm 1's loop order and the
 # one-program-per-head backward), timed in every mode. The single FlashAttention-1-style changes
 # inside the FlashAttention-2 forward (eager rescale, no sequence parallelism) change the forward
@@ -132,6 +141,18 @@ def recompute(s: dict) -> list[Cell]:
     ]
 
 
+def hopper(s: dict) -> list[Cell]:
+    """Each Hopper arm of ours and the peers (cuDNN) on the paper's shapes."""
+    return [
+        cell
+        for head_dim, is_causal, mode, n in itertools.product(s["head_dims"], s["causal"], s["modes"], s["seqlens"])
+        for cell in [Cell("hopper", "ours", mode, s["dtype"], causal=is_causal, variant=variant, switches=switches,
+                          **paper_shape(s, n, head_dim)) for variant, switches in HOPPER_ARMS.items()]
+        + [Cell("hopper", provider, mode, s["dtype"], causal=is_causal, **paper_shape(s, n, head_dim))
+           for provider in s["peers"]]
+    ]
+
+
 def fa1_vs_fa2(s: dict) -> list[Cell]:
     return [
         Cell("fa1_vs_fa2", "ours", mode, s["dtype"], causal=is_causal, variant=variant, switches=switches,
@@ -217,6 +238,7 @@ ABLATIONS = {
     "features": features,
     "decode": decode,
     "fp8": fp8,
+    "hopper": hopper,
 }
 # dtypes the matmul ceiling can be timed in (fp8's rows are fp16 against fp8_e4m3: its passes time fp16's)
 MATMUL_DTYPES = ("fp16", "bf16")

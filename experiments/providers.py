@@ -64,6 +64,11 @@ def tile_columns(cell) -> dict:
     switches = dict(cell.switches)
     if explicit:
         tiles = dict(zip(("block_m", "block_n", "num_warps", "num_stages"), explicit))
+    elif pass_ == "fwd" and switches.get("hopper"):  # the Hopper forward's own tiles, all its warps
+        from kernels import _hopper
+
+        block_n, stages = _hopper.default_config(cell.head_dim)
+        tiles = dict(block_m=_hopper.BLOCK_M, block_n=block_n, num_warps=_hopper.TOTAL_WARPS, num_stages=stages)
     else:
         tiles = dataclasses.asdict(default_tiles_for(cell.head_dim, pass_, switches.get("algorithm", "fa2"),
                                                      switches.get("dropout_p", 0.0)))

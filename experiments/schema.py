@@ -15,7 +15,7 @@ import dataclasses
 
 # Every ablation, in the order the README describes them; each writes results/<name>.csv.
 ABLATIONS = ("speed", "tiles", "causal", "seqlen", "recompute", "fa1_vs_fa2", "accuracy", "ceiling", "training",
-             "features", "decode", "fp8")
+             "features", "decode", "fp8", "hopper")
 # Ablations outside the cell grid: each has a runner of its own (experiments/<name>.py, called by
 # experiments/run.py) and writes results/<name>.csv in columns of its own (FILE_COLUMNS below), which the
 # analysis reads like a side file. The workflow plans, archives and restores them like the ablations above;

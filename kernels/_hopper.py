@@ -39,6 +39,7 @@ HEAD_DIMS = (64, 128)
 HALF_M = 64  # query rows of one consumer warpgroup; a program holds two
 BLOCK_M = 2 * HALF_M
 CONSUMER_WARPS = 4  # one warpgroup: the default partition, and the second consumer
+TOTAL_WARPS = 12  # two consumer warpgroups and the producer's warp, which takes a warpgroup's registers
 MAX_REGS = 168  # per thread at launch: 65536 registers over 3 x 4 warps, rounded down to 8
 # Read inside the kernels (module-level constants a Gluon kernel sees must be constexprs):
 _LN2 = gl.constexpr(LN2)

@@ -134,7 +134,7 @@ def _forward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slope
         if opts.hopper:
             from kernels._hopper import hopper_forward
 
-            out, lse = hopper_forward(q, k, v, opts.softmax_scale, opts.causal)
+            out, lse = hopper_forward(q, k, v, opts.softmax_scale, opts.causal, overlap=opts.hopper_overlap)
             return out, lse, q.new_empty((0,), dtype=torch.float32)
         return attention_forward(q, k, v, opts, alibi_slopes, dropout_seed, cu_seqlens_q, cu_seqlens_k)
 
@@ -363,7 +363,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                     cu_seqlens_q: torch.Tensor | None = None, cu_seqlens_k: torch.Tensor | None = None,
                     max_seqlen_q: int = 0, max_seqlen_k: int = 0, q_descale: torch.Tensor | None = None,
                     k_descale: torch.Tensor | None = None, v_descale: torch.Tensor | None = None,
-                    hopper: bool = False):
+                    hopper: bool = False, hopper_overlap: bool = True):
     """Exact attention softmax(q k^T * scale) v with FlashAttention-2 kernels (or FlashAttention-1's).
 
     Args:
@@ -462,6 +462,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
             dense); anything else, including the training features, packed batches, fwd_tiles
             and the forward's ablation switches, raises NotImplementedError naming it. Its
             output is contiguous.
+        hopper_overlap: with hopper=True, False runs the consumers serially (S, softmax, P V,
+            one tile after another): the ablation of the overlap. Without hopper=True it must
+            stay True (ValueError).
 
     Returns o (B, H, Nq, D), laid out like q where q is dense (bfloat16 for fp8 inputs), then
     lse with return_lse, then the probabilities with return_probs (a tuple when either is set).
@@ -472,6 +475,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         raise ValueError(f"q_descale, k_descale and v_descale are for torch.float8_e4m3fn inputs; q, k, v have "
                          f"dtype {q.dtype}")
     _check_algorithm(algorithm)
+    if not hopper and not hopper_overlap:
+        raise ValueError("hopper_overlap=False is a switch of the Hopper forward: it needs hopper=True")
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     batch = _check_varlen_args(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) if varlen else q.shape[0]
     window_left, window_right = _check_window(window_size)
@@ -539,7 +544,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         recompute=bool(recompute), deferred_rescale=bool(deferred_rescale), seq_parallel=bool(seq_parallel),
         skip_masked_tiles=bool(skip_masked_tiles), atomic_dq=bool(atomic_dq), algorithm=algorithm,
         max_seqlen_q=int(max_seqlen_q) if varlen else 0, max_seqlen_k=int(max_seqlen_k) if varlen else 0,
-        hopper=bool(hopper))
+        hopper=bool(hopper), hopper_overlap=bool(hopper_overlap))
     if varlen:
         check_varlen(opts, cu_seqlens_q, cu_seqlens_k)
     features = opts.features + (["alibi_slopes"] if alibi is not None else [])

@@ -41,6 +41,7 @@ class AttentionOptions:
     atomic_dq: bool = False  # True: dQ by atomic adds in the dK/dV kernel (not deterministic); False: its own kernel
     algorithm: str = "fa2"
     hopper: bool = False  # the forward on the Hopper kernel (kernels/_hopper.py) instead of the portable one
+    hopper_overlap: bool = True  # hopper: the softmax of one key tile overlapped with P V of the previous one
     max_seqlen_q: int = 0  # packed (varlen) batches only: the longest sequences, which size the grid
     max_seqlen_k: int = 0
 

@@ -142,6 +142,13 @@ FLIPS = [
     # the fp16 arm 20% faster: no cell reaches the target
     ("fp8_forward_speedup", lambda f: scale(f, "fp8", {"provider": "ours", "dtype": "fp16"}, 0.8), HOLDS,
      DOES_NOT_HOLD),
+    ("hopper_forward_vs_cudnn", lambda f: scale(f, "hopper", {"provider": "ours", "variant": "hopper", "mode": "fwd"},
+                                                0.85), DOES_NOT_HOLD, PARTLY),
+    ("hopper_forward_vs_cudnn", lambda f: scale(f, "hopper", {"provider": "ours", "variant": "hopper"}, 0.6),
+     DOES_NOT_HOLD, HOLDS),
+    # the serial arm sped up changes no verdict: the claim reads the last step only
+    ("hopper_forward_vs_cudnn", lambda f: scale(f, "hopper", {"variant": "hopper_serial"}, 0.5), DOES_NOT_HOLD,
+     DOES_NOT_HOLD),
 ]
 
 
@@ -461,6 +468,25 @@ def test_fp8_facts_give_every_head_dim_mask_and_length_and_each_precision(frames
     assert first["precision"] == "fp8 (e4m3)" and "dequantised" in first["reference"]
     assert first["err_o"] == f"{synthetic.FP8_ERRORS['fp8_e4m3'][0]:.2e}"
     assert float(found["fp8_over_fp16"]) > float(found["fp8_over_bf16"]) > 1
+
+
+def test_hopper_not_in_the_archive_is_no_data_saying_so(frames, tmp_path):
+    without = {name: frame for name, frame in frames.items() if name != "hopper"}
+    record = verdicts(without)["hopper_forward_vs_cudnn"]
+    assert record["verdict"] == NO_DATA and record["finding"] == "hopper: not measured in the archived run yet"
+    figure = draw("hopper", without, read_hardware())
+    assert "hopper: not measured" in figure.axes[0].texts[0].get_text()
+
+
+def test_hopper_claim_names_each_step_and_leaves_the_arms_unsupported_off_hopper_out(frames):
+    record = verdicts(frames)["hopper_forward_vs_cudnn"]
+    assert "over the portable forward (portable): forward 1.12x" in record["finding"]
+    assert "over the serial Hopper consumers (hopper_serial)" in record["finding"]
+    # off sm_90 the Hopper arms are rows with status unsupported: no pair, no verdict
+    hopper = frames["hopper"].copy()
+    arms = hopper["variant"].isin(["hopper", "hopper_serial"])
+    hopper.loc[arms, "status"] = "unsupported"
+    assert verdicts({**frames, "hopper": hopper})["hopper_forward_vs_cudnn"]["verdict"] == NO_DATA
 
 
 def test_fp8_not_in_the_archive_is_no_data_saying_so(frames, tmp_path):

@@ -119,6 +119,20 @@ def test_speed_grid_is_the_paper_grid_with_flex_where_configured():
     assert flex and all(c.seqlen_q in s["flex_seqlens"] and c.dtype in s["flex_dtypes"] for c in flex)
 
 
+def test_hopper_grid_sets_each_arm_beside_cudnn_on_every_shape():
+    s = SETTINGS["hopper"]
+    cells = grid.hopper(s)
+    shapes = {(c.mode, c.head_dim, c.causal, c.seqlen_q) for c in cells}
+    assert len(shapes) == len(s["modes"]) * len(s["head_dims"]) * len(s["causal"]) * len(s["seqlens"])
+    for shape in shapes:
+        arms = {(c.provider, c.variant): dict(c.switches) for c in cells if (c.mode, c.head_dim, c.causal, c.seqlen_q) == shape}
+        assert arms == {("ours", "portable"): {}, ("ours", "hopper_serial"): {"hopper": True, "hopper_overlap": False},
+                        ("ours", "hopper"): {"hopper": True}, **{(peer, "default"): {} for peer in s["peers"]}}
+    hopper_row = next(c for c in cells if c.variant == "hopper" and c.mode == "fwd")
+    assert providers.tile_columns(hopper_row)["num_warps"] == 12  # the Hopper kernel's, not the portable default
+    assert providers.tile_columns(next(c for c in cells if c.variant == "portable" and c.mode == "fwd"))["num_warps"] != 12
+
+
 def test_tiles_sweep_each_pass_and_measure_the_default():
     s = SETTINGS["tiles"]
     cells = grid.tiles(s)
@@ -177,6 +191,7 @@ def test_csv_has_the_schema_columns_and_refuses_others(tmp_path):
     (providers.Unsupported("needs a CUDA GPU"), "unsupported"),
     (ValueError("TileConfig.block_m must be a power of two"), "unsupported"),
     (RuntimeError("No available kernel. Aborting execution."), "unsupported"),
+    (NotImplementedError("hopper=True does not support a compute capability 9.0 (Hopper) GPU"), "unsupported"),
     (RuntimeError("CUDA error: an illegal memory access was encountered"), "error"),
 ])
 def test_failures_get_their_status_and_message(error, status):
@@ -293,6 +308,16 @@ def test_every_provider_measures_a_small_cell_on_the_gpu():
             assert values["gpu_ms"] > 0 and values["host_ms"] > 0 and values["host_bound"] in (0, 1)
             assert values["attn_mem_bytes"] > 0
             assert values["peak_mem_bytes"] == values["input_bytes"] + values["attn_mem_bytes"]
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)),
+                    reason="needs a compute capability 9.0 GPU")
+def test_each_hopper_arm_measures_a_small_cell_on_the_gpu():
+    timing = {"warmup_ms": 5, "rep_ms": 10}
+    for cell in grid.hopper(dict(SETTINGS["hopper"], seqlens=[1024], tokens=4096)):
+        if cell.head_dim == 64 and cell.causal:
+            values = measure.attention(cell, timing, torch.device("cuda"))
+            assert values["ms_p20"] <= values["ms"] <= values["ms_p80"] and values["tflops"] > 0, cell
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -136,3 +136,16 @@ def test_compiles_for_sm90a_without_spills():
     for line in lines:
         assert "sm_90a" in line and " 0 bytes spill stores" in line and "wgmma=0 " not in line, line
         assert "setmaxnreg=0" not in line, line
+
+
+def test_overlap_switch_needs_hopper():
+    q = _t(1, 2, 64, 64)
+    with pytest.raises(ValueError, match="hopper_overlap=False .* needs hopper=True"):
+        flash_attention(q, q, q, hopper_overlap=False)
+
+
+@sm90
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_serial_switch_matches_reference(causal, poisoned_allocations):
+    q, k, v = make_inputs(1, 4, 2, 600, 900, 128, torch.float16)
+    check_against_reference(q, k, v, causal, hopper=True, hopper_overlap=False)

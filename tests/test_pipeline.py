@@ -206,6 +206,18 @@ def test_a_tiny_speed_grid_is_measured_on_the_gpu(workflow):
     assert all(float(row["sm_clock_mhz"]) > 0 and float(row["power_w"]) > 0 for row in rows)
 
 
+def test_an_archive_without_hopper_plans_the_rest_and_the_hopper_target_says_how_to_make_it(workflow):
+    os.remove(workflow / "results" / "archive" / TEST_GPU / "hopper.csv")
+    done = snakemake(workflow, "-n", "results", "--config", "mode=archive", f"archive_gpu={TEST_GPU}")
+    assert planned_jobs(done) == {"from_archive": len(ARCHIVED_FILES) - 1, "measure": 1, "results": 1}
+    assert "hopper.csv" not in done.stdout
+    done = snakemake(workflow, "-n", "hopper", "--config", "mode=archive", f"archive_gpu={TEST_GPU}", check=False)
+    assert done.returncode != 0 and "hopper.csv is missing" in done.stdout + done.stderr
+    done = snakemake(workflow, "-n", "-p", "hopper", "--config", "mode=measure", "hopper={seqlens: [4096]}")
+    assert planned_jobs(done) == {"measure": 1, "hopper": 1}
+    assert "-m experiments.run hopper --output results/hopper.csv" in done.stdout and '"seqlens": [4096]' in done.stdout
+
+
 def test_an_archive_without_fp8_plans_the_rest_and_the_fp8_target_says_how_to_make_it(workflow):
     os.remove(workflow / "results" / "archive" / TEST_GPU / "fp8.csv")
     done = snakemake(workflow, "-n", "results", "--config", "mode=archive", f"archive_gpu={TEST_GPU}")
