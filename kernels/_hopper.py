@@ -24,8 +24,6 @@ after it. Nothing here runs on Triton's interpreter: the kernel needs an sm_90 G
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 from triton.experimental import gluon
@@ -48,7 +46,6 @@ _CONSUMER_REGS = gl.constexpr(240)  # then setmaxnreg: 2 x 128 threads x 240 + 1
 _PRODUCER_REGS = gl.constexpr(24)  # the producer only computes coordinates
 
 
-@functools.lru_cache(maxsize=None)
 def default_config(head_dim: int) -> tuple[int, int]:
     """(BLOCK_N, STAGES): the K/V ring must fit beside Q in 227 KB of shared memory."""
     return (128, 2) if head_dim == 128 else (128, 3)
@@ -216,7 +213,7 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty,
     inv_l = gl.convert_layout(1.0 / l_i, gl.SliceLayout(1, o_layout))
     o = (acc * gl.expand_dims(inv_l, 1)).to(dtype)
     out_row = out_block_row + WHICH * BLOCK_M
-    in_rows = gl.expand_dims(row0 + o_rows < N_Q, 1) & gl.expand_dims(o_cols < HEAD_DIM, 0)
+    in_rows = gl.expand_dims(row0 + o_rows < N_Q, 1) & gl.expand_dims(o_cols < HEAD_DIM, 0)  # (rows, cols) shape
     offsets = (out_row + gl.expand_dims(o_rows, 1)).to(gl.int64) * HEAD_DIM + gl.expand_dims(o_cols, 0)
     gl.store(Out + offsets, o, mask=in_rows)
     lse = (m_i + gl.log2(l_i)) * _LN2
