@@ -112,6 +112,16 @@ def _masked(s, i, rows, cols, mask_from, N_K, causal_offset, BLOCK_N: gl.constex
 
 
 @gluon.jit
+def _online_softmax(s, m_i, l_i, qk_scale):
+    """One key tile's step of the online softmax (log2 domain): its probabilities, the factor that
+    rescales what was accumulated before, and the new running max and row sums."""
+    m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
+    p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+    alpha = gl.exp2(m_i - m_new)
+    return p, alpha, m_new, l_i * alpha + gl.sum(p, axis=1)
+
+
+@gluon.jit
 def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Out, Lse,
               block_row, out_block_row, n_total, N_Q, N_K, qk_scale, WHICH: gl.constexpr,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
@@ -165,11 +175,7 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty,
             s = warpgroup_mma_wait(1, deps=[s])  # S_i is done; P_{i-1} V_{i-1} may still run
             mbarrier.arrive(k_empty.index(slot), count=1)
             s = _masked(s, i, rows, cols, mask_from, N_K, causal_offset, BLOCK_N, CAUSAL)
-            m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
-            p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
-            alpha = gl.exp2(m_i - m_new)
-            l_i = l_i * alpha + gl.sum(p, axis=1)
-            m_i = m_new
+            p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, qk_scale)
             acc, p_op = warpgroup_mma_wait(0, deps=[acc, p_op])
             mbarrier.arrive(v_empty.index(prev), count=1)
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
@@ -188,11 +194,7 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty,
             s = warpgroup_mma_wait(0, deps=[s])
             mbarrier.arrive(k_empty.index(slot), count=1)
             s = _masked(s, i, rows, cols, mask_from, N_K, causal_offset, BLOCK_N, CAUSAL)
-            m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
-            p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
-            alpha = gl.exp2(m_i - m_new)
-            l_i = l_i * alpha + gl.sum(p, axis=1)
-            m_i = m_new
+            p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, qk_scale)
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
             p_op = gl.convert_layout(p.to(dtype), p_layout)
             mbarrier.wait(v_ready.index(slot), phase)
