@@ -36,6 +36,20 @@ def cache_bytes(batch: int, kv_heads: int, seqlen_k: int, head_dim: int, dtype: 
     return 2 * batch * kv_heads * seqlen_k * head_dim * DTYPE_BYTES[dtype]
 
 
+def kernel_specialization(cell, device) -> tuple:
+    """What Triton compiles the split-KV kernels of an `ours` cell for (dtype, query heads per KV head, tiles,
+    page size and the split count the engine chooses on `device`): cells that share it share the kernels."""
+    import triton
+
+    from kernels._decode import choose_num_splits, decode_block_sizes
+
+    group = cell.heads // cell.kv_heads
+    rows = group * cell.seqlen_q  # the query rows stacked per KV head, as kernels._decode.decode_forward does
+    block_m, block_n, num_warps, num_stages = decode_block_sizes(cell.head_dim, rows, device)
+    splits = choose_num_splits(cell.batch, cell.kv_heads, triton.cdiv(rows, block_m), cell.seqlen_k, device, block_n)
+    return cell.dtype, cell.head_dim, group, block_m, block_n, num_warps, num_stages, page_size_of(cell.variant), splits
+
+
 def moved_bytes(batch, heads, kv_heads, seqlen_k, head_dim, dtype) -> int:
     """What one decoding step must move at least: K and V read, q read and o written."""
     return cache_bytes(batch, kv_heads, seqlen_k, head_dim, dtype) + 2 * batch * heads * head_dim * DTYPE_BYTES[dtype]

@@ -251,15 +251,8 @@ def largest_batch(cell, settings: dict, device: torch.device) -> tuple[int, dict
     return 1, {}, "oom", f"no batch fits: batch {cell.batch} down to 1 runs out of memory"
 
 
-def precompile(cells, device: torch.device) -> None:
-    """Compile what the cells will run, in parallel processes, ahead of the measurement.
-
-    Each Triton specialisation of `ours` (tile config, switches, pass, dtype, head dim, mask) and
-    each FlexAttention graph (torch.compile specialises on the shape) is compiled once, by one call
-    of a cell that needs it, in a pool with a process per CPU this job may use. Triton's and
-    Inductor's on-disk caches then serve the measuring process, which would otherwise compile them
-    one after another. Failures are left for the measurement to record.
-    """
+def compile_representatives(cells, device: torch.device) -> dict:
+    """One cell per thing `precompile` compiles, by what identifies it (see there)."""
     representatives = {}
     for cell in cells:
         if cell.experiment == "fp8":  # fp16 and fp8 forwards, per head dim and mask (its timed cells' shapes)
@@ -267,11 +260,33 @@ def precompile(cells, device: torch.device) -> None:
                 representatives.setdefault(("fp8", cell.provider, cell.dtype, cell.head_dim, cell.causal), cell)
         elif cell.experiment == "decode" and cell.provider == "flex":  # FlexAttention decode: one graph per shape
             representatives.setdefault(("decode", cell.batch, cell.heads, cell.kv_heads, cell.seqlen_k, cell.dtype), cell)
+        elif cell.experiment == "decode" and cell.provider == "ours":
+            # one cell per kernel specialisation (the H200 grid has 54), the one with the smallest cache, so
+            # that the processes compiling at once do not fill the GPU's memory with caches
+            from experiments import decode
+
+            key = ("decode", "ours", *decode.kernel_specialization(cell, device))
+            if key not in representatives or _cache_bytes(cell) < _cache_bytes(representatives[key]):
+                representatives[key] = cell
         elif cell.provider in ("ours", "flex") and cell.experiment not in ("training", "decode"):
             shape = (cell.batch, cell.heads, cell.seqlen_q, cell.seqlen_k) if cell.provider == "flex" else ()
             key = (cell.provider, cell.mode, cell.dtype, cell.head_dim, cell.causal, cell.switches, cell.fwd_tiles,
                    cell.bwd_tiles, shape)
             representatives.setdefault(key, cell)
+    return representatives
+
+
+def precompile(cells, device: torch.device) -> None:
+    """Compile what the cells will run, in parallel processes, ahead of the measurement.
+
+    Each Triton specialisation of `ours` (tile config, switches, pass, dtype, head dim, mask) and
+    each FlexAttention graph (torch.compile specialises on the shape) and each specialisation of the
+    decoding kernels (`experiments.decode.kernel_specialization`) is compiled once, by one call
+    of a cell that needs it, in a pool with a process per CPU this job may use. Triton's and
+    Inductor's on-disk caches then serve the measuring process, which would otherwise compile them
+    one after another. Failures are left for the measurement to record.
+    """
+    representatives = compile_representatives(cells, device)
     workers = min(len(representatives), len(os.sched_getaffinity(0)), 16)
     if workers < 2:
         return
@@ -282,6 +297,12 @@ def precompile(cells, device: torch.device) -> None:
             list(pool.map(_call_once, representatives.values(), [device.type] * len(representatives)))
     except BrokenProcessPool:  # a configuration that kills its process: the measurement records it
         pass
+
+
+def _cache_bytes(cell) -> int:
+    from experiments import decode
+
+    return decode.cache_bytes(cell.batch, cell.kv_heads, cell.seqlen_k, cell.head_dim, cell.dtype)
 
 
 def _call_once(cell, device_type: str) -> None:

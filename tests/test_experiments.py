@@ -633,3 +633,21 @@ def test_fp8_writes_timed_and_accuracy_rows_on_a_tiny_shape(tmp_path, monkeypatc
     assert errors["fp16"] < 1e-3 < errors["fp8_e4m3"] < 0.05 and errors["fp16"] < errors["bf16"] < errors["fp8_e4m3"]
     assert (accuracy["max_abs_err_o"] > 0).all() and (accuracy["max_abs_err_o"] < 0.1).all()
     assert set(accuracy.loc[accuracy["dtype"] == "fp8_e4m3", "provider"]) == {"ours_fp8"}
+
+
+def test_precompile_takes_one_decode_cell_per_kernel_specialisation_the_smallest(monkeypatch):
+    """The decoding kernels specialise on dtype, group, tiles, page size and split count; the precompile
+    compiles each once, from the cell of that specialisation with the smallest cache (processes compile at once)."""
+    import kernels._decode
+    from experiments import decode
+
+    monkeypatch.setattr(kernels._decode, "sm_count", lambda device: 132)  # the H200's SMs, on the CPU
+    device = torch.device("cpu")
+    cells = [cell for cell in grid.decode(SETTINGS["decode"]) if cell.provider == "ours"]
+    chosen = {key: cell for key, cell in measure.compile_representatives(cells, device).items() if key[:2] == ("decode", "ours")}
+    specs = {decode.kernel_specialization(cell, device) for cell in cells}
+    assert len(chosen) == len(specs) < len(cells)
+    size = lambda c: decode.cache_bytes(c.batch, c.kv_heads, c.seqlen_k, c.head_dim, c.dtype)  # noqa: E731
+    for key, cell in chosen.items():
+        same = [c for c in cells if decode.kernel_specialization(c, device) == key[2:]]
+        assert size(cell) == min(size(c) for c in same)
