@@ -28,7 +28,7 @@ RESUME_GAP_S = 120  # no cell of the grid takes this long; a longer gap between 
 
 def main(folder: str) -> None:
     settings = ablation_settings(load_default(), grid.ABLATIONS)
-    rows = []
+    rows, arms = [], []
     for ablation in grid.TIMED_ABLATIONS:
         path = Path(folder) / f"{ablation}.csv"
         cells = grid.cells(ablation, settings[ablation], on_gpu=True)
@@ -45,6 +45,9 @@ def main(folder: str) -> None:
         # stopped run resumed later (the archive's fa1_vs_fa2 spans sessions) and counts for nothing
         gaps = frame.groupby("repetition")["t"].diff().dt.total_seconds()
         seconds = gaps.where(gaps <= RESUME_GAP_S, 0.0).groupby(frame["repetition"]).sum()
+        # each row's time: the gap to the row before it in its pass (the cell the row records)
+        frame = frame.assign(seconds=gaps.where(gaps <= RESUME_GAP_S, 0.0).fillna(0.0))
+        arms.append(frame.groupby(["experiment", "provider", "variant"])["seconds"].sum())
         rows.append(dict(ablation=ablation, cells_per_pass=len(cells) // passes, passes=passes,
                          precompile_configs=configs, first_pass_s=seconds.iloc[0],
                          later_pass_s=seconds.iloc[1:].median() if len(seconds) > 1 else None,
@@ -55,6 +58,9 @@ def main(folder: str) -> None:
     print(f"\nmeasuring, all ablations one after another: {table['measured_s'].sum() / 60:.1f} min "
           f"(of which first-pass excess {table['first_pass_excess_s'].sum() / 60:.1f} min); "
           f"precompile configurations: {int(table['precompile_configs'].sum())}")
+    by_arm = pd.concat(arms).sort_values(ascending=False)
+    print("\nthe arms that take longest (seconds over all passes, each row counted from the row before it):")
+    print(by_arm.head(15).round(0).to_string())
 
 
 if __name__ == "__main__":
