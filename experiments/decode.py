@@ -39,15 +39,16 @@ def cache_bytes(batch: int, kv_heads: int, seqlen_k: int, head_dim: int, dtype: 
 def kernel_specialization(cell, device) -> tuple:
     """What Triton compiles the split-KV kernels of an `ours` cell for (dtype, query heads per KV head, tiles,
     page size and the split count the engine chooses on `device`): cells that share it share the kernels."""
-    import triton
-
-    from kernels._decode import choose_num_splits, decode_block_sizes
+    from kernels._decode import launch_shape
 
     group = cell.heads // cell.kv_heads
-    rows = group * cell.seqlen_q  # the query rows stacked per KV head, as kernels._decode.decode_forward does
-    block_m, block_n, num_warps, num_stages = decode_block_sizes(cell.head_dim, rows, device)
-    splits = choose_num_splits(cell.batch, cell.kv_heads, triton.cdiv(rows, block_m), cell.seqlen_k, device, block_n)
-    return cell.dtype, cell.head_dim, group, block_m, block_n, num_warps, num_stages, page_size_of(cell.variant), splits
+    shape = launch_shape(cell.batch, group * cell.seqlen_q, cell.kv_heads, cell.head_dim, cell.seqlen_k, device)
+    return cell.dtype, cell.head_dim, group, *shape, page_size_of(cell.variant)
+
+
+def cell_cache_bytes(cell) -> int:
+    """Bytes of the K and V caches of a decode cell."""
+    return cache_bytes(cell.batch, cell.kv_heads, cell.seqlen_k, cell.head_dim, cell.dtype)
 
 
 def moved_bytes(batch, heads, kv_heads, seqlen_k, head_dim, dtype) -> int:
@@ -170,7 +171,7 @@ def measure(cell, timing: dict, device) -> dict:
     from experiments.measure import _bench
 
     fn, note = call(cell, device)
-    held = cache_bytes(cell.batch, cell.kv_heads, cell.seqlen_k, cell.head_dim, cell.dtype)
+    held = cell_cache_bytes(cell)
     result = _bench(fn, timing, held)
     moved = moved_bytes(cell.batch, cell.heads, cell.kv_heads, cell.seqlen_k, cell.head_dim, cell.dtype)
     count = flops.attention_flops(cell.batch, cell.heads, cell.seqlen_q, cell.seqlen_k, cell.head_dim, False, "fwd")

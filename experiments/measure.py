@@ -266,7 +266,8 @@ def compile_representatives(cells, device: torch.device) -> dict:
             from experiments import decode
 
             key = ("decode", "ours", *decode.kernel_specialization(cell, device))
-            if key not in representatives or _cache_bytes(cell) < _cache_bytes(representatives[key]):
+            held = decode.cell_cache_bytes(cell)
+            if key not in representatives or held < decode.cell_cache_bytes(representatives[key]):
                 representatives[key] = cell
         elif cell.provider in ("ours", "flex") and cell.experiment not in ("training", "decode"):
             shape = (cell.batch, cell.heads, cell.seqlen_q, cell.seqlen_k) if cell.provider == "flex" else ()
@@ -297,12 +298,6 @@ def precompile(cells, device: torch.device) -> None:
             list(pool.map(_call_once, representatives.values(), [device.type] * len(representatives)))
     except BrokenProcessPool:  # a configuration that kills its process: the measurement records it
         pass
-
-
-def _cache_bytes(cell) -> int:
-    from experiments import decode
-
-    return decode.cache_bytes(cell.batch, cell.kv_heads, cell.seqlen_k, cell.head_dim, cell.dtype)
 
 
 def _call_once(cell, device_type: str) -> None:

@@ -227,6 +227,17 @@ def choose_num_splits(batch: int, kv_heads: int, m_blocks: int, max_keys: int, d
     return int(max(1, min(want, by_length, triton.cdiv(max(max_keys, 1), block_n), MAX_SPLITS)))
 
 
+def launch_shape(batch: int, rows: int, kv_heads: int, head_dim: int, max_keys: int, device: torch.device,
+                 num_splits: int = 0) -> tuple[int, int, int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages, query blocks, splits) of a decode launch over `rows` =
+    GROUP x Nq stacked query rows per KV head; num_splits 0 = choose."""
+    block_m, block_n, num_warps, num_stages = decode_block_sizes(head_dim, rows, device)
+    m_blocks = triton.cdiv(rows, block_m)
+    if num_splits <= 0:
+        num_splits = choose_num_splits(batch, kv_heads, m_blocks, max_keys, device, block_n)
+    return block_m, block_n, num_warps, num_stages, m_blocks, int(min(num_splits, MAX_SPLITS))
+
+
 def decode_forward(q, k_cache, v_cache, seqlens_k, leftpad, batch_idx, block_table, alibi, softmax_scale,
                    causal, window, softcap, num_splits, max_keys):
     """Launch the split-KV kernels. Inputs are validated by the caller (kernels.kvcache).
@@ -245,11 +256,8 @@ def decode_forward(q, k_cache, v_cache, seqlens_k, leftpad, batch_idx, block_tab
     out = torch.empty((batch, n_q, heads, head_dim), device=q.device, dtype=q.dtype)
     lse = torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32)
     head_dim_pad = padded_head_dim(head_dim)
-    block_m, block_n, num_warps, num_stages = decode_block_sizes(head_dim, group * n_q, q.device)
-    m_blocks = triton.cdiv(group * n_q, block_m)
-    if num_splits <= 0:
-        num_splits = choose_num_splits(batch, kv_heads, m_blocks, max_keys, q.device, block_n)
-    num_splits = int(min(num_splits, MAX_SPLITS))
+    block_m, block_n, num_warps, num_stages, m_blocks, num_splits = launch_shape(
+        batch, group * n_q, kv_heads, head_dim, max_keys, q.device, num_splits)
     if num_splits > 1:
         o_part = torch.empty((num_splits, batch, n_q, heads, head_dim_pad), device=q.device, dtype=torch.float32)
         lse_part = torch.empty((num_splits, batch, heads, n_q), device=q.device, dtype=torch.float32)

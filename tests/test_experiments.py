@@ -647,7 +647,6 @@ def test_precompile_takes_one_decode_cell_per_kernel_specialisation_the_smallest
     chosen = {key: cell for key, cell in measure.compile_representatives(cells, device).items() if key[:2] == ("decode", "ours")}
     specs = {decode.kernel_specialization(cell, device) for cell in cells}
     assert len(chosen) == len(specs) < len(cells)
-    size = lambda c: decode.cache_bytes(c.batch, c.kv_heads, c.seqlen_k, c.head_dim, c.dtype)  # noqa: E731
     for key, cell in chosen.items():
         same = [c for c in cells if decode.kernel_specialization(c, device) == key[2:]]
-        assert size(cell) == min(size(c) for c in same)
+        assert decode.cell_cache_bytes(cell) == min(decode.cell_cache_bytes(c) for c in same)
