@@ -52,7 +52,9 @@ def test_full_sweep_merges_into_the_sections():
     overrides = CONFIG["full_sweep_overrides"]
     assert swept["tiles"]["fwd"] == overrides["tiles"]["fwd"]
     assert swept["seqlen"]["shape_sets"]["long_context"] == overrides["seqlen"]["shape_sets"]["long_context"]
-    assert swept["seqlen"]["shape_sets"]["fa1_readme"] == CONFIG["seqlen"]["shape_sets"]["fa1_readme"]
+    assert swept["seqlen"]["shape_sets"]["fa1_readme"] == overrides["seqlen"]["shape_sets"]["fa1_readme"]
+    assert swept["seqlen"]["providers"] == CONFIG["seqlen"]["providers"]  # untouched keys of a section stay
+    assert swept["fa1_vs_fa2"]["seqlens"] == overrides["fa1_vs_fa2"]["seqlens"]
     assert swept["speed"]["dtypes"] == overrides["speed"]["dtypes"]
     assert swept["speed"]["providers"] == CONFIG["speed"]["providers"]  # untouched keys stay
     assert len(grid.tiles(swept["tiles"])) > len(grid.tiles(SETTINGS["tiles"]))
