@@ -52,7 +52,7 @@ def test_default_grid_has_every_arm_once_per_shape(settings):
             assert cell.causal and dict(cell.switches)["window_size"] == (1023, 0)
         if cell.variant not in ("varlen", "padded"):
             assert cell.batch * cell.seqlen_q == 16384 and cell.heads == 16
-    assert len(grid.cells("features", settings, on_gpu=True)) == 3 * len(cells)
+    assert len(grid.cells("features", settings, on_gpu=True)) == settings["repetitions"] * len(cells)
 
 
 def test_varlen_cells_share_one_seeded_draw_of_lengths(settings):
