@@ -43,10 +43,10 @@ def main(folder: str) -> None:
         frame = frame.assign(t=pd.to_datetime(frame["timestamp"], format="ISO8601")).sort_values("t")
         # a pass's time: the gaps between its consecutive rows, where a gap over RESUME_GAP_S is a
         # stopped run resumed later (the archive's fa1_vs_fa2 spans sessions) and counts for nothing
-        gaps = frame.groupby("repetition")["t"].diff().dt.total_seconds()
-        seconds = gaps.where(gaps <= RESUME_GAP_S, 0.0).groupby(frame["repetition"]).sum()
         # each row's time: the gap to the row before it in its pass (the cell the row records)
+        gaps = frame.groupby("repetition")["t"].diff().dt.total_seconds()
         frame = frame.assign(seconds=gaps.where(gaps <= RESUME_GAP_S, 0.0).fillna(0.0))
+        seconds = frame.groupby("repetition")["seconds"].sum()
         arms.append(frame.groupby(["experiment", "provider", "variant"])["seconds"].sum())
         rows.append(dict(ablation=ablation, cells_per_pass=len(cells) // passes, passes=passes,
                          precompile_configs=configs, first_pass_s=seconds.iloc[0],
