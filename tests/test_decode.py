@@ -212,6 +212,22 @@ def test_split_choice():
     assert choose_num_splits(1, 1, 1, 10 ** 7, cpu, 64) <= 128
 
 
+@pytest.mark.parametrize("batch,kv_heads,max_keys", [(1, 4, 32768), (8, 4, 131072), (1, 32, 8192), (3, 5, 70001),
+                                                     (1, 1, 1000), (64, 4, 1024), (2, 3, 513)])
+def test_split_choice_is_a_power_of_two_within_the_caps(batch, kv_heads, max_keys):
+    """The rule: the smallest power of two reaching two waves over the SMs, unless a cap (no split under
+    MIN_KEYS_PER_SPLIT keys or one key tile, at most MAX_SPLITS) stops it first."""
+    from kernels._decode import CPU_SM_COUNT, MAX_SPLITS, MIN_KEYS_PER_SPLIT
+    cpu, block_n = torch.device("cpu"), 64
+    splits = choose_num_splits(batch, kv_heads, 1, max_keys, cpu, block_n)
+    assert splits >= 1 and splits & (splits - 1) == 0
+    cap = min(max_keys // MIN_KEYS_PER_SPLIT, -(-max_keys // block_n), MAX_SPLITS)
+    assert splits <= max(cap, 1)
+    two_waves = splits * batch * kv_heads >= 2 * CPU_SM_COUNT
+    assert two_waves or 2 * splits > cap                   # stopped only by reaching two waves or by a cap
+    assert splits == 1 or (splits // 2) * batch * kv_heads < 2 * CPU_SM_COUNT   # the smallest such power
+
+
 def test_zero_length_cache(poisoned_allocations):
     """A sequence with no key gives zeros and lse -inf (flash-attn: zeros and +inf); with new
     tokens appended to an empty cache they are all it sees."""
