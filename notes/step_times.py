@@ -1,6 +1,6 @@
 """Wall time of each ablation job of a multi-step GPU run, read from the steps' snakemake logs.
 
-    .venv/bin/python notes/step_times.py results/staging/nvidia-h200-1bca508/logs > notes/round11_step_times.txt
+    .venv/bin/python notes/step_times.py results/archive/nvidia-h200/logs > notes/round11_step_times.txt
 
 A job's time runs from the timestamp before its `localrule measure` (`wildcards: ablation=...`) to the one
 before its `Finished jobid`, so the precompile and the process start are in it; a job still running when
