@@ -15,7 +15,8 @@ the torch.library ops and autograd, `flash_attn_interface.py` flash-attn's six p
 (dense, packed, varlen) over them,
 `_decode.py` the split-KV decoding kernels and `kvcache.py` flash-attn's `flash_attn_with_kvcache` over them, `tiles.py` the tile configs, `reference.py` the float64
 reference and standard attention. `_hopper.py` is the opt-in Hopper (sm_90) forward in Triton's Gluon
-dialect behind `flash_attention(..., hopper=True)`. Nothing here knows about the experiments.
+dialect behind `flash_attention(..., hopper=True)`, `_hopper_bwd.py` the opt-in one-pass Hopper
+backward behind `hopper_backward=True`. Nothing here knows about the experiments.
 """
 
 from kernels.attention import SUPPORTED_DTYPES, flash_attention

@@ -162,6 +162,11 @@ def _backward_impl(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
         if opts.algorithm == "fa1":
             return fa1_backward(do, q, k, v, out, lse, opts.softmax_scale, opts.causal, TileConfig(*opts.bwd_tiles),
                                 fit_tiles=opts.fit_bwd_tiles)
+        if opts.hopper_backward:
+            from kernels._hopper_bwd import hopper_backward
+
+            tiles = None if opts.fit_bwd_tiles else TileConfig(*opts.bwd_tiles)
+            return hopper_backward(do, q, k, v, out, lse, opts.softmax_scale, opts.causal, tiles)
         return attention_backward(do, q, k, v, out, lse, scores, opts, alibi_slopes, dropout_seed,
                                   cu_seqlens_q, cu_seqlens_k)
 
@@ -328,23 +333,27 @@ def _negated_fp8(t: torch.Tensor) -> torch.Tensor:
     return (t.view(torch.uint8) ^ 0x80).view(t.dtype)
 
 
-def _check_hopper(q, k, v, opts: AttentionOptions, alibi, varlen: bool, fwd_tiles) -> None:
-    """NotImplementedError naming everything a hopper=True call asks for that the Hopper forward
-    (kernels/_hopper.py) does not do; nothing is ignored or quietly sent elsewhere."""
+def _check_hopper(q, k, v, opts: AttentionOptions, alibi, varlen: bool, fwd_tiles, switch: str = "hopper") -> None:
+    """NotImplementedError naming everything a hopper=True (or hopper_backward=True) call asks for
+    that the Hopper forward (kernels/_hopper.py) or backward (kernels/_hopper_bwd.py) does not do;
+    nothing is ignored or quietly sent elsewhere."""
     from kernels._hopper import hopper_unsupported
 
+    which = "forward" if switch == "hopper" else "backward"
     used = opts.features + (["alibi_slopes"] if alibi is not None else [])
     used += [name for name, on in (("cu_seqlens_q/cu_seqlens_k (packed batches)", varlen),
                                    (f"algorithm={opts.algorithm!r}", opts.algorithm != "fa2"),
-                                   ("fwd_tiles", fwd_tiles is not None), ("recompute=False", not opts.recompute),
-                                   ("deferred_rescale=False", not opts.deferred_rescale),
+                                   ("fwd_tiles", switch == "hopper" and fwd_tiles is not None),
+                                   ("recompute=False", not opts.recompute),
+                                   ("deferred_rescale=False", switch == "hopper" and not opts.deferred_rescale),
                                    ("seq_parallel=False", not opts.seq_parallel),
-                                   ("skip_masked_tiles=False", not opts.skip_masked_tiles)) if on]
+                                   ("skip_masked_tiles=False", not opts.skip_masked_tiles),
+                                   ("atomic_dq=True", switch != "hopper" and opts.atomic_dq)) if on]
     used += hopper_unsupported(q, k, v, opts.causal)
     if used:
-        raise NotImplementedError(f"hopper=True does not support {'; '.join(used)}: the Hopper forward covers "
+        raise NotImplementedError(f"{switch}=True does not support {'; '.join(used)}: the Hopper {which} covers "
                                   "float16/bfloat16, head dims 64 and 128, causal and full masks and GQA on sm_90 "
-                                  "(call without hopper=True for the portable kernels)")
+                                  f"(call without {switch}=True for the portable kernels)")
 
 
 def _draw_dropout_seed(device: torch.device) -> torch.Tensor:
@@ -363,7 +372,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                     cu_seqlens_q: torch.Tensor | None = None, cu_seqlens_k: torch.Tensor | None = None,
                     max_seqlen_q: int = 0, max_seqlen_k: int = 0, q_descale: torch.Tensor | None = None,
                     k_descale: torch.Tensor | None = None, v_descale: torch.Tensor | None = None,
-                    hopper: bool = False, hopper_overlap: bool = True):
+                    hopper: bool = False, hopper_overlap: bool = True, hopper_backward: bool = False):
     """Exact attention softmax(q k^T * scale) v with FlashAttention-2 kernels (or FlashAttention-1's).
 
     Args:
@@ -465,6 +474,12 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         hopper_overlap: with hopper=True, False runs the consumers serially (S, softmax, P V,
             one tile after another): the ablation of the overlap. Without hopper=True it must
             stay True (ValueError).
+        hopper_backward: True runs the backward in one pass on kernels/_hopper_bwd.py (sm_90
+            only: Q and dO streamed by TMA, dQ added into a float32 accumulator by TMA
+            reduce-add instead of the portable backward's separate dQ kernel); with either
+            forward. Off by default. Same coverage as hopper=True, else NotImplementedError;
+            not bitwise reproducible, so deterministic=True with it is a ValueError. bwd_tiles
+            sets its (query rows, keys, warps, stages).
 
     Returns o (B, H, Nq, D), laid out like q where q is dense (bfloat16 for fp8 inputs), then
     lse with return_lse, then the probabilities with return_probs (a tuple when either is set).
@@ -489,6 +504,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     if deterministic and atomic_dq:
         raise ValueError("deterministic=True cannot be combined with atomic_dq=True (atomic adds give up bitwise "
                          "determinism)")
+    if deterministic and hopper_backward:
+        raise ValueError("deterministic=True cannot be combined with hopper_backward=True (its dQ is a sum of "
+                         "TMA reduce-adds in any order)")
     if algorithm == "fa1":
         fa2_only = dict(recompute=True, deferred_rescale=True, seq_parallel=True, skip_masked_tiles=True,
                         atomic_dq=False)
@@ -519,7 +537,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                            "algorithm='fa1'": algorithm == "fa1", "bwd_tiles": bwd_tiles is not None,
                            "atomic_dq=True": bool(atomic_dq), "recompute=False": not recompute,
                            "deferred_rescale=False": not deferred_rescale, "seq_parallel=False": not seq_parallel,
-                           "skip_masked_tiles=False": not skip_masked_tiles, "hopper=True": bool(hopper)})
+                           "skip_masked_tiles=False": not skip_masked_tiles, "hopper=True": bool(hopper),
+                           "hopper_backward=True": bool(hopper_backward)})
         kv_heads = k.shape[1]
         descales = (_check_descale("q_descale", q_descale, batch, q.shape[1], q),
                     _check_descale("k_descale", k_descale, batch, kv_heads, q),
@@ -544,7 +563,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         recompute=bool(recompute), deferred_rescale=bool(deferred_rescale), seq_parallel=bool(seq_parallel),
         skip_masked_tiles=bool(skip_masked_tiles), atomic_dq=bool(atomic_dq), algorithm=algorithm,
         max_seqlen_q=int(max_seqlen_q) if varlen else 0, max_seqlen_k=int(max_seqlen_k) if varlen else 0,
-        hopper=bool(hopper), hopper_overlap=bool(hopper_overlap))
+        hopper=bool(hopper), hopper_overlap=bool(hopper_overlap), hopper_backward=bool(hopper_backward))
     if varlen:
         check_varlen(opts, cu_seqlens_q, cu_seqlens_k)
     features = opts.features + (["alibi_slopes"] if alibi is not None else [])
@@ -555,6 +574,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
     if hopper:
         _check_hopper(q, k, v, opts, alibi, varlen, fwd_tiles)
+    if hopper_backward:
+        _check_hopper(q, k, v, opts, alibi, varlen, fwd_tiles, switch="hopper_backward")
 
     def result(out, lse, probs):
         extra = ((lse,) if return_lse else ()) + ((probs,) if return_probs else ())

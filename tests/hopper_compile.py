@@ -1,4 +1,5 @@
-"""Compile the Hopper forward (kernels/_hopper.py) for sm_90a on a machine without a GPU.
+"""Compile the Hopper forward (kernels/_hopper.py) and backward (kernels/_hopper_bwd.py) for sm_90a
+on a machine without a GPU.
 
 Gluon kernels never run on Triton's interpreter, so this is where a layout, register or shared
 memory problem shows up before the GPU: every configuration (head dim x mask x pipeline) goes
@@ -23,9 +24,10 @@ from triton._C.libtriton import native_specialize_impl
 from triton.backends.compiler import BaseBackend, GPUTarget
 from triton.backends.nvidia.compiler import get_ptxas
 from triton.compiler import make_backend
+from triton.compiler.compiler import ASTSource
 from triton.experimental.gluon._runtime import GluonASTSource
 
-from kernels import _hopper
+from kernels import _hopper, _hopper_bwd
 
 SM90 = GPUTarget("cuda", 90, 32)
 
@@ -60,11 +62,53 @@ def compile_config(head_dim: int, causal: bool, overlap: bool, dtype=torch.float
             f"({time.time() - start:.1f} s) | {info}")
 
 
+def _ptxas_report(ptx: str) -> tuple[str, str]:
+    arch = re.search(r"\.target (sm_\w+)", ptx).group(1)
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
+        f.write(ptx)
+        f.flush()
+        report = subprocess.run([get_ptxas(90).path, "-v", f"--gpu-name={arch}", f.name, "-o", "/dev/null"],
+                                capture_output=True, text=True, check=True).stderr
+    info = "; ".join(line.split("info    : ")[-1].strip() for line in report.splitlines()
+                     if "Used" in line or "spill" in line)
+    return arch, info
+
+
+def compile_backward(head_dim: int, causal: bool, dtype=torch.float16, n: int = 4096) -> str:
+    """The one-pass backward at its default tiles for sm_90a; a line with its MMA, TMA and ptxas counts."""
+    tiles = _hopper_bwd.default_config(head_dim)
+    x = torch.empty(1, 2, n, head_dim, dtype=dtype)
+    acc = torch.empty(1, 2, n, head_dim, dtype=torch.float32)
+    f32 = torch.empty(1, dtype=torch.float32)
+    bm, bn = tiles.block_m, tiles.block_n
+    rows = _hopper_bwd._rows
+    args = dict(q_desc=rows(x, bm), k_desc=rows(x, bn), v_desc=rows(x, bn), do_desc=rows(x, bm),
+                dq_desc=rows(acc, bm), dk_desc=rows(x, bn), dv_desc=rows(x, bn), Lse=f32, Delta=f32)
+    signature = {name: native_specialize_impl(BaseBackend, value, False, True, True)[0] for name, value in args.items()}
+    signature.update(Z_HKV="i32", H_KV="i32", GROUP="i32", N_Q="i32", N_K="i32", qk_scale="fp32", sm_scale="fp32")
+    constants = dict(HEAD_DIM=head_dim, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, EVEN_M=True, EVEN_N=True,
+                     STAGES=tiles.num_stages)
+    signature.update({name: "constexpr" for name in constants})
+    kernel = _hopper_bwd._hopper_bwd
+    constexprs = {(kernel.arg_names.index(name),): value for name, value in constants.items()}
+    options = make_backend(SM90).parse_options(dict(num_warps=tiles.num_warps, num_stages=1))
+    start = time.time()
+    compiled = triton.compile(ASTSource(kernel, signature, constexprs, {}), target=SM90, options=options.__dict__)
+    ptx = compiled.asm["ptx"]
+    arch, info = _ptxas_report(ptx)
+    return (f"bwd d{head_dim} causal={causal}: {arch} shared={compiled.metadata.shared} "
+            f"wgmma={ptx.count('wgmma.mma_async')} tma_reduce={ptx.count('cp.reduce.async.bulk.tensor')} "
+            f"tma_load={ptx.count('cp.async.bulk.tensor')} ({time.time() - start:.1f} s) | {info}")
+
+
 def main() -> int:
     for head_dim in _hopper.HEAD_DIMS:
         for causal in (False, True):
             for overlap in (False, True):
                 print(compile_config(head_dim, causal, overlap), flush=True)
+    for head_dim in _hopper.HEAD_DIMS:
+        for causal in (False, True):
+            print(compile_backward(head_dim, causal), flush=True)
     return 0
 
 

@@ -1,9 +1,11 @@
-"""The Hopper forward (kernels/_hopper.py, `flash_attention(..., hopper=True)`).
+"""The Hopper forward (kernels/_hopper.py, `flash_attention(..., hopper=True)`) and backward
+(kernels/_hopper_bwd.py, `hopper_backward=True`).
 
 On an sm_90 GPU: the output, the log-sum-exp and (through the portable backward it feeds) every
 gradient against the float64 reference, with test_kernels' rule (at most twice PyTorch's own error
 at the same precision), on odd lengths, Nq != Nk, grouped-query heads and both pipelines
-(`overlap`), with every allocation poisoned. Anywhere: the refusals (what hopper=True does not
+(`overlap`), with every allocation poisoned; the Hopper backward's three gradients the same way,
+alone and after the Hopper forward, for each of its tile configs. Anywhere: the refusals (what hopper=True does not
 cover raises NotImplementedError naming it), and the sm_90a compile of every configuration, in a
 subprocess (the interpreter must be off there), with no spills and the instructions it is for.
 """
@@ -136,6 +138,13 @@ def test_compiles_for_sm90a_without_spills():
     for line in lines:
         assert "sm_90a" in line and " 0 bytes spill stores" in line and "wgmma=0 " not in line, line
         assert "setmaxnreg=0" not in line, line
+    # The one-pass backward: wgmma, TMA loads and the TMA reduce-add of dQ in every configuration (it
+    # spills at its default tiles, the fastest measured; notes/perf.md, v12).
+    backward = [line for line in done.stdout.splitlines() if line.startswith("bwd d")]
+    assert len(backward) == 4, done.stdout
+    for line in backward:
+        assert "sm_90a" in line and "wgmma=0 " not in line and "tma_reduce=0 " not in line, line
+        assert "tma_load=0 " not in line, line
 
 
 def test_overlap_switch_needs_hopper():
@@ -149,3 +158,64 @@ def test_overlap_switch_needs_hopper():
 def test_serial_switch_matches_reference(causal, poisoned_allocations):
     q, k, v = make_inputs(1, 4, 2, 600, 900, 128, torch.float16)
     check_against_reference(q, k, v, causal, hopper=True, hopper_overlap=False)
+
+
+# The Hopper backward (kernels/_hopper_bwd.py): one pass, dQ by TMA reduce-add.
+BACKWARD_SHAPES = [
+    (2, 4, 4, 1024, 1024, 128),
+    (1, 8, 2, 1000, 1000, 64),     # grouped-query, lengths off the tile size
+    (2, 3, 1, 129, 385, 128),      # multi-query, Nq < Nk (causal bottom-right), ragged blocks
+    (1, 2, 2, 64, 64, 64),         # one key tile
+    (1, 2, 2, 1, 300, 128),        # a single query
+    (1, 2, 2, 777, 200, 64),       # Nq > Nk, full mask
+]
+
+
+@sm90
+@pytest.mark.parametrize("forward", ["portable", "hopper"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", BACKWARD_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_hopper_backward_matches_reference(shape, causal, dtype, forward, poisoned_allocations):
+    if causal and shape[3] > shape[4]:
+        pytest.skip("the Hopper kernels' causal mask needs seqlen_q <= seqlen_k")
+    q, k, v = make_inputs(*shape, dtype)
+    check_against_reference(q, k, v, causal, hopper=forward == "hopper", hopper_backward=True)
+
+
+@sm90
+@pytest.mark.parametrize("tiles", [(64, 128, 8, 2), (64, 64, 8, 2), (32, 128, 8, 2), (64, 128, 8, 3)],
+                         ids=lambda t: "x".join(map(str, t)))
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_hopper_backward_tile_configs(tiles, head_dim, poisoned_allocations):
+    from kernels import TileConfig
+
+    q, k, v = make_inputs(1, 4, 2, 700, 900, head_dim, torch.float16)
+    check_against_reference(q, k, v, True, hopper_backward=True, bwd_tiles=TileConfig(*tiles))
+
+
+def test_hopper_backward_is_not_deterministic():
+    q = _t(1, 2, 64, 64)
+    with pytest.raises(ValueError, match="deterministic=True cannot be combined with hopper_backward=True"):
+        flash_attention(q, q, q, hopper_backward=True, deterministic=True)
+
+
+@pytest.mark.parametrize("kwargs, named", [
+    (dict(window_size=(8, 0)), "window_size"),
+    (dict(softcap=5.0), "softcap"),
+    (dict(dropout_p=0.1), "dropout_p"),
+    (dict(recompute=False), "recompute=False"),
+    (dict(atomic_dq=True), "atomic_dq=True"),
+])
+def test_hopper_backward_unsupported_features_are_named(kwargs, named):
+    q = _t(1, 2, 64, 64)
+    with pytest.raises(NotImplementedError, match=r"hopper_backward=True does not support .*"
+                       + named.replace("(", r"\(").replace(")", r"\)")):
+        flash_attention(q, q, q, hopper_backward=True, **kwargs)
+
+
+@pytest.mark.skipif(IS_SM90, reason="checks the refusal off Hopper")
+def test_hopper_backward_refused_without_a_hopper_gpu():
+    q = _t(1, 2, 64, 64)
+    with pytest.raises(NotImplementedError, match="hopper_backward=True .*compute capability 9.0"):
+        flash_attention(q, q, q, hopper_backward=True)
