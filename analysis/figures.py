@@ -573,12 +573,14 @@ HOPPER_ARMS = {
     "portable": ("portable FlashAttention-2 forward", _COLOURS[3]),
     "hopper_serial": ("+ TMA, warp specialisation, async wgmma", _COLOURS[9]),
     "hopper": ("+ softmax overlapped with P V", _COLOURS[1]),
+    "hopper_bwd": ("+ one-pass backward, dQ by TMA reduce-add", _COLOURS[6]),
 }
 
 
 def draw_hopper(frames):
     """TFLOP/s of each Hopper arm and cuDNN by sequence length, a panel per head dim and mask, solid forward,
-    dashed forward+backward (the portable backward after each arm's forward)."""
+    dashed forward+backward (the portable backward after each forward arm), dotted backward (the portable
+    backward, the one-pass Hopper backward and cuDNN's)."""
     if "hopper" not in frames:
         return _empty("hopper: not measured in the archived run yet")
     frame = measured(attention_rows(frames["hopper"]))
@@ -587,7 +589,7 @@ def draw_hopper(frames):
     frame = frame[frame["dtype"] == _primary_dtype(frame)]
     panels = sorted(frame.groupby(["head_dim", "causal"]).groups)
     figure, axes = plt.subplots(1, len(panels), figsize=(2.6 * len(panels), 3.2), squeeze=False, sharey=True)
-    modes = {"fwd": "-", "fwd_bwd": "--"}
+    modes = {"fwd": "-", "fwd_bwd": "--", "bwd": ":"}
     arms = [(("ours", variant), *_look(HOPPER_ARMS, variant)) for variant in _known(HOPPER_ARMS, frame["variant"])]
     arms += [((provider, "default"), *_look(PROVIDERS, provider)) for provider in sorted(set(frame["provider"]) - {"ours"})]
     for axis, (head_dim, causal) in zip(axes.flat, panels):

@@ -458,6 +458,9 @@ def jit_rows() -> list[dict]:
 # notes/round10_summary.txt (the serial consumers about 1.05x the portable forward, the overlap 1.07x more; the
 # backward the portable one in every arm, so forward+backward gains less); cuDNN from PLATEAU.
 HOPPER_STEPS = {"portable": 1.0, "hopper_serial": 1.05, "hopper": 1.12}
+# the one-pass Hopper backward (variant hopper_bwd) about 0.9x the portable backward, as measured
+# (notes/hopper_v12_probe_h200.csv); its forward+backward after the Hopper forward.
+HOPPER_BWD_STEP = 0.9
 
 
 def hopper_rows() -> list[dict]:
@@ -472,6 +475,18 @@ def hopper_rows() -> list[dict]:
                               variant=variant, recompute=1, **tiles)
         rows += _repeated("hopper", "sdpa_cudnn", mode, _tflops("sdpa_cudnn", mode, seqlen, head_dim, causal),
                           seqlen=seqlen, head_dim=head_dim, causal=causal)
+    bwd_tiles = dict(block_m=64, block_n=128, num_warps=8, num_stages=3)
+    for head_dim, causal, seqlen in itertools.product((64, 128), (0, 1), SEQLENS[2:]):
+        portable_bwd = _tflops("ours", "bwd", seqlen, head_dim, causal)
+        rows += _repeated("hopper", "ours", "bwd", portable_bwd, seqlen=seqlen, head_dim=head_dim, causal=causal,
+                          variant="portable", recompute=1, block_m=64, block_n=64, num_warps=4, num_stages=3)
+        rows += _repeated("hopper", "ours", "bwd", portable_bwd * HOPPER_BWD_STEP, seqlen=seqlen, head_dim=head_dim,
+                          causal=causal, variant="hopper_bwd", recompute=1, **bwd_tiles)
+        rows += _repeated("hopper", "sdpa_cudnn", "bwd", _tflops("sdpa_cudnn", "bwd", seqlen, head_dim, causal),
+                          seqlen=seqlen, head_dim=head_dim, causal=causal)
+        fwd_bwd = _tflops("ours", "fwd_bwd", seqlen, head_dim, causal) * (1.0 + (HOPPER_STEPS["hopper"] - 1.0) / 3)
+        rows += _repeated("hopper", "ours", "fwd_bwd", fwd_bwd * 0.95, seqlen=seqlen, head_dim=head_dim, causal=causal,
+                          variant="hopper_bwd", recompute=1, **bwd_tiles)
     return rows
 
 

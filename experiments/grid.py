@@ -19,14 +19,17 @@ CAUSAL_VARIANTS = {
     "full": (False, ()),
 }
 RECOMPUTE_VARIANTS = {"recompute": (("recompute", True),), "store_scores": (("recompute", False),)}
-# The Hopper forward (kernels/_hopper.py), one technique at a time: the portable FlashAttention-2
-# forward; TMA loads by a warp-specialised producer and asynchronous wgmma, the consumers serial;
-# then the softmax of one key tile overlapped with P V of the previous one. The backward is the
-# portable one in every arm (forward+backward rows show what the forward buys a training step).
+# The Hopper kernels, one technique at a time: the portable FlashAttention-2 forward; TMA loads by a
+# warp-specialised producer and asynchronous wgmma (kernels/_hopper.py), the consumers serial; then the
+# softmax of one key tile overlapped with P V of the previous one. These forward arms run the portable
+# backward (forward+backward rows show what the forward buys a training step). Then the backward in
+# one pass with dQ by TMA reduce-add (kernels/_hopper_bwd.py) after the Hopper forward: its backward
+# and forward+backward rows against the portable backward's (the portable arm's bwd rows).
 HOPPER_ARMS = {
-    "portable": (),
-    "hopper_serial": (("hopper", True), ("hopper_overlap", False)),
-    "hopper": (("hopper", True),),
+    "portable": ((), ("fwd", "bwd", "fwd_bwd")),
+    "hopper_serial": ((("hopper", True), ("hopper_overlap", False)), ("fwd", "fwd_bwd")),
+    "hopper": ((("hopper", True),), ("fwd", "fwd_bwd")),
+    "hopper_bwd": ((("hopper", True), ("hopper_backward", True)), ("bwd", "fwd_bwd")),
 }
 # `fa1` is the faithful FlashAttention-1 (kernels/_fa1.py: Algorithm 1's loop order and the
 # one-program-per-head backward), timed in every mode. The single FlashAttention-1-style changes
@@ -147,7 +150,8 @@ def hopper(s: dict) -> list[Cell]:
         cell
         for head_dim, is_causal, mode, n in itertools.product(s["head_dims"], s["causal"], s["modes"], s["seqlens"])
         for cell in [Cell("hopper", "ours", mode, s["dtype"], causal=is_causal, variant=variant, switches=switches,
-                          **paper_shape(s, n, head_dim)) for variant, switches in HOPPER_ARMS.items()]
+                          **paper_shape(s, n, head_dim))
+                     for variant, (switches, modes) in HOPPER_ARMS.items() if mode in modes]
         + [Cell("hopper", provider, mode, s["dtype"], causal=is_causal, **paper_shape(s, n, head_dim))
            for provider in s["peers"]]
     ]

@@ -69,6 +69,10 @@ def tile_columns(cell) -> dict:
 
         block_n, stages = _hopper.default_config(cell.head_dim)
         tiles = dict(block_m=_hopper.BLOCK_M, block_n=block_n, num_warps=_hopper.TOTAL_WARPS, num_stages=stages)
+    elif pass_ == "bwd" and switches.get("hopper_backward"):  # the one-pass Hopper backward's own tiles
+        from kernels import _hopper_bwd
+
+        tiles = dataclasses.asdict(_hopper_bwd.default_config(cell.head_dim))
     else:
         tiles = dataclasses.asdict(default_tiles_for(cell.head_dim, pass_, switches.get("algorithm", "fa2"),
                                                      switches.get("dropout_p", 0.0)))

@@ -126,10 +126,16 @@ def test_hopper_grid_sets_each_arm_beside_cudnn_on_every_shape():
     cells = grid.hopper(s)
     shapes = {(c.mode, c.head_dim, c.causal, c.seqlen_q) for c in cells}
     assert len(shapes) == len(s["modes"]) * len(s["head_dims"]) * len(s["causal"]) * len(s["seqlens"])
+    forward_arms = {("ours", "portable"): {}, ("ours", "hopper_serial"): {"hopper": True, "hopper_overlap": False},
+                    ("ours", "hopper"): {"hopper": True}}
+    one_pass = {("ours", "hopper_bwd"): {"hopper": True, "hopper_backward": True}}
+    expected = {"fwd": forward_arms, "fwd_bwd": {**forward_arms, **one_pass},
+                "bwd": {("ours", "portable"): {}, **one_pass}}
     for shape in shapes:
         arms = {(c.provider, c.variant): dict(c.switches) for c in cells if (c.mode, c.head_dim, c.causal, c.seqlen_q) == shape}
-        assert arms == {("ours", "portable"): {}, ("ours", "hopper_serial"): {"hopper": True, "hopper_overlap": False},
-                        ("ours", "hopper"): {"hopper": True}, **{(peer, "default"): {} for peer in s["peers"]}}
+        assert arms == {**expected[shape[0]], **{(peer, "default"): {} for peer in s["peers"]}}
+    one_pass_row = next(c for c in cells if c.variant == "hopper_bwd" and c.mode == "bwd")
+    assert providers.tile_columns(one_pass_row) == dict(block_m=64, block_n=128, num_warps=8, num_stages=3, recompute=1)
     hopper_row = next(c for c in cells if c.variant == "hopper" and c.mode == "fwd")
     assert providers.tile_columns(hopper_row)["num_warps"] == 12  # the Hopper kernel's, not the portable default
     assert providers.tile_columns(next(c for c in cells if c.variant == "portable" and c.mode == "fwd"))["num_warps"] != 12
