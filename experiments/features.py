@@ -288,8 +288,12 @@ def _flex(cell, device):
     if "dropout_p" in _options(cell):
         raise Unsupported("FlexAttention has no dropout")
     score_mod, mask_mod, length = flex_mods(cell, device)
-    # built once per cell, outside the timed calls; compiled so that long (packed) masks are never materialised
-    block_mask = (create_block_mask(mask_mod, None, None, length, length, device=device, _compile=True)
+    # Built once per cell, outside the timed calls. A packed (varlen) mask spans every token of the batch,
+    # so it is built compiled and never materialised; a dense one is built eagerly (a length^2 bool tensor,
+    # 256 MiB at 16k): compiling it took over 100 s at 16k and 31 s at 4k on the H200, against 5 s eagerly
+    # (notes/flex_mask_probe_h200.txt), and held the features precompile at about four minutes.
+    block_mask = (create_block_mask(mask_mod, None, None, length, length, device=device,
+                                    _compile=lengths_of(cell) is not None)
                   if mask_mod is not None else None)
     flex = _compiled_flex()
 
