@@ -19,7 +19,8 @@ head), in the manner of FlashAttention-2's Algorithm 2 and FlashAttention-3's ba
 
 It covers what the Hopper forward covers (float16 and bfloat16, head dims 64 and 128, causal with
 seqlen_q <= seqlen_k and full masks, grouped-query attention, (B, H, N, D) inputs whose heads'
-rows are contiguous) and none of the training features; `hopper_unsupported` names the rest.
+rows are contiguous) and none of the training features; `kernels._hopper.hopper_unsupported` names
+the rest.
 Descriptor tiles are 3-D (batch x head, rows, head dim): rows past a head's end read as zeros and
 are dropped on store and reduce, so ragged lengths need no extra masking of memory. Nothing here
 runs on Triton's interpreter.
@@ -31,9 +32,8 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from kernels._backward import _attn_bwd_delta
+from kernels._backward import _attn_bwd_delta, _query_bounds
 from kernels._forward import strides
-from kernels._hopper import hopper_unsupported  # noqa: F401  (the same coverage; re-exported for callers)
 from kernels._launch import launch_kernel
 from kernels.tiles import TileConfig
 
@@ -97,21 +97,8 @@ def _hopper_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, Lse,
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     # Query rows to visit: [lo, mid) the causal band (masked), [mid, even_end) unmasked unless the key
-    # block is ragged, [even_end, N_Q) the ragged last query block (masked).
-    if CAUSAL:
-        lo = tl.maximum(start_n - (N_K - N_Q), 0) // BLOCK_M * BLOCK_M
-        full_row = start_n + BLOCK_N - 1 - (N_K - N_Q)  # from here on rows see the whole key block
-        mid = tl.maximum(tl.cdiv(tl.maximum(full_row, 0), BLOCK_M) * BLOCK_M, lo)
-    else:
-        lo = 0
-        mid = 0
-    if EVEN_M:
-        even_end = N_Q
-    else:
-        even_end = N_Q // BLOCK_M * BLOCK_M
-    mid = tl.minimum(mid, tl.cdiv(N_Q, BLOCK_M) * BLOCK_M)
-    lo = tl.minimum(lo, mid)
-    even_end = tl.maximum(even_end, mid)
+    # block is ragged, [even_end, N_Q) the ragged last query block (masked); as the portable dK/dV kernel.
+    lo, mid, even_end = _query_bounds(start_n, N_Q, N_K, BLOCK_M, BLOCK_N, CAUSAL, True, EVEN_M)
     for g in range(0, GROUP):
         bh = off_z * H + off_hkv * GROUP + g
         row0 = tl.cast(bh, tl.int64) * N_Q

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from experiments import measure, provenance, results  # noqa: E402
+from experiments import measure, provenance, results, run  # noqa: E402
 from experiments.grid import Cell, paper_shape  # noqa: E402
 from experiments.settings import ablation_settings, load_default  # noqa: E402
 
@@ -95,11 +95,7 @@ def main() -> None:
             values, status, note = measure.attention(cell, timing, device), "ok", ""
         except Exception as error:  # a config that does not fit: its row says why
             values, (status, note) = {}, measure.failure(error)
-        rows.append(dataclasses.asdict(results.Row(source="measured", experiment=cell.experiment, provider=cell.provider, variant=cell.variant,
-                                mode=cell.mode, dtype=cell.dtype, batch=cell.batch, heads=cell.heads,
-                                kv_heads=cell.kv_heads, seqlen_q=cell.seqlen_q, seqlen_k=cell.seqlen_k,
-                                head_dim=cell.head_dim, causal=int(cell.causal), repetition=cell.repetition,
-                                status=status, note=note, timestamp=provenance.timestamp(), **values, **origin)))
+        rows.append(dataclasses.asdict(run.row(cell, values, status, note, origin, provenance.timestamp())))
         print(f"{cell.label}: {values.get('ms', float('nan')):.3f} ms {values.get('tflops', 0):.0f} TFLOP/s {status} {note[:80]}",
               flush=True)
         results.write_csv(rows, args.output)  # after every cell: a run cut short keeps its rows

@@ -32,6 +32,18 @@ from kernels import _hopper, _hopper_bwd
 SM90 = GPUTarget("cuda", 90, 32)
 
 
+def _ptxas_report(ptx: str) -> tuple[str, str]:
+    arch = re.search(r"\.target (sm_\w+)", ptx).group(1)
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
+        f.write(ptx)
+        f.flush()
+        report = subprocess.run([get_ptxas(90).path, "-v", f"--gpu-name={arch}", f.name, "-o", "/dev/null"],
+                                capture_output=True, text=True, check=True).stderr
+    info = "; ".join(line.split("info    : ")[-1].strip() for line in report.splitlines()
+                     if "Used" in line or "spill" in line)
+    return arch, info
+
+
 def compile_config(head_dim: int, causal: bool, overlap: bool, dtype=torch.float16, n: int = 4096) -> str:
     """One configuration compiled for sm_90a; returns a line with what ptxas reports."""
     x = torch.empty(1, 2, n, head_dim, dtype=dtype)
@@ -49,29 +61,10 @@ def compile_config(head_dim: int, causal: bool, overlap: bool, dtype=torch.float
     start = time.time()
     compiled = triton.compile(GluonASTSource(kernel, signature, constexprs, {}), target=SM90, options=options.__dict__)
     ptx = compiled.asm["ptx"]
-    arch = re.search(r"\.target (sm_\w+)", ptx).group(1)
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
-        f.write(ptx)
-        f.flush()
-        report = subprocess.run([get_ptxas(90).path, "-v", f"--gpu-name={arch}", f.name, "-o", "/dev/null"],
-                                capture_output=True, text=True, check=True).stderr
-    info = "; ".join(line.split("info    : ")[-1].strip() for line in report.splitlines()
-                     if "Used" in line or "spill" in line)
+    arch, info = _ptxas_report(ptx)
     return (f"d{head_dim} causal={causal} overlap={overlap}: {arch} shared={compiled.metadata.shared} "
             f"wgmma={ptx.count('wgmma.mma_async')} setmaxnreg={ptx.count('setmaxnreg')} "
             f"({time.time() - start:.1f} s) | {info}")
-
-
-def _ptxas_report(ptx: str) -> tuple[str, str]:
-    arch = re.search(r"\.target (sm_\w+)", ptx).group(1)
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
-        f.write(ptx)
-        f.flush()
-        report = subprocess.run([get_ptxas(90).path, "-v", f"--gpu-name={arch}", f.name, "-o", "/dev/null"],
-                                capture_output=True, text=True, check=True).stderr
-    info = "; ".join(line.split("info    : ")[-1].strip() for line in report.splitlines()
-                     if "Used" in line or "spill" in line)
-    return arch, info
 
 
 def compile_backward(head_dim: int, causal: bool, dtype=torch.float16, n: int = 4096) -> str:
