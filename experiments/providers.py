@@ -1,7 +1,8 @@
 """The attention implementations under test, behind one interface.
 
 `attention(cell, device)` returns fn(q, k, v) -> o for the cell's provider:
-  ours            kernels.flash_attention with the cell's tile config and ablation switches
+  ours            kernels.flash_attention with the cell's tile config and ablation switches (without
+                  switches its defaults: the Hopper forward on sm_90 at head dim 128)
   standard        PyTorch standard attention (matmul, softmax, matmul in the input precision):
                   kernels.reference.standard_attention
   sdpa_flash, sdpa_efficient, sdpa_cudnn
@@ -64,7 +65,7 @@ def tile_columns(cell) -> dict:
     switches = dict(cell.switches)
     if explicit:
         tiles = dict(zip(("block_m", "block_n", "num_warps", "num_stages"), explicit))
-    elif pass_ == "fwd" and switches.get("hopper"):  # the Hopper forward's own tiles, all its warps
+    elif pass_ == "fwd" and switches.get("hopper", _hopper_by_default(cell)):  # the Hopper forward's tiles, all its warps
         from kernels import _hopper
 
         block_n, stages = _hopper.default_config(cell.head_dim)
@@ -77,6 +78,21 @@ def tile_columns(cell) -> dict:
         tiles = dataclasses.asdict(default_tiles_for(cell.head_dim, pass_, switches.get("algorithm", "fa2"),
                                                      switches.get("dropout_p", 0.0)))
     return dict(tiles, recompute=int(switches.get("recompute", True)))
+
+
+def _hopper_by_default(cell) -> bool:
+    """Whether flash_attention's default (hopper=None) runs this cell's forward on the Hopper kernel: a
+    cell with no switches on dense contiguous inputs (experiments.providers.inputs) at a head dim of
+    kernels.attention.HOPPER_DEFAULT_HEAD_DIMS, on an sm_90 GPU, where the kernel covers it."""
+    import torch
+
+    from kernels.attention import hopper_forward_by_default
+
+    if cell.switches or cell.experiment == "features" or not torch.cuda.is_available():
+        return False
+    if cell.dtype not in DTYPES or (cell.causal and cell.seqlen_q > cell.seqlen_k):
+        return False
+    return hopper_forward_by_default(cell.head_dim, torch.device("cuda"))
 
 
 def _ours(cell):

@@ -14,8 +14,9 @@ options value the ops carry, `attention.py` the checks,
 the torch.library ops and autograd, `flash_attn_interface.py` flash-attn's six public functions
 (dense, packed, varlen) over them,
 `_decode.py` the split-KV decoding kernels and `kvcache.py` flash-attn's `flash_attn_with_kvcache` over them, `tiles.py` the tile configs, `reference.py` the float64
-reference and standard attention. `_hopper.py` is the opt-in Hopper (sm_90) forward in Triton's Gluon
-dialect behind `flash_attention(..., hopper=True)`, `_hopper_bwd.py` the opt-in one-pass Hopper
+reference and standard attention. `_hopper.py` is the Hopper (sm_90) forward in Triton's Gluon
+dialect, the default at head dim 128 on sm_90 where it covers the call (`flash_attention(...,
+hopper=None)`; True forces it, False the portable forward), `_hopper_bwd.py` the opt-in one-pass Hopper
 backward behind `hopper_backward=True`. Nothing here knows about the experiments.
 """
 

@@ -35,6 +35,8 @@ are a ValueError.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import math
 import numbers
 import os
@@ -50,6 +52,10 @@ from kernels.tiles import MAX_HEAD_DIM, TileConfig, default_tiles
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 FP8_DTYPE = torch.float8_e4m3fn  # flash_attention only, forward only, output bf16
 ALGORITHMS = ("fa2", "fa1")
+# Head dims at which flash_attention runs the Hopper forward when `hopper` is not given (on sm_90,
+# where it covers the call): at 128 it is 1.26-1.39x the portable forward on the H200 and at or above
+# cuDNN's from 8k; at 64 only 0.98-1.11x, so 64 stays on the portable kernel (notes/perf.md, v12).
+HOPPER_DEFAULT_HEAD_DIMS = (128,)
 
 
 def _interpreter_on() -> bool:
@@ -333,13 +339,12 @@ def _negated_fp8(t: torch.Tensor) -> torch.Tensor:
     return (t.view(torch.uint8) ^ 0x80).view(t.dtype)
 
 
-def _check_hopper(q, k, v, opts: AttentionOptions, alibi, varlen: bool, fwd_tiles, switch: str = "hopper") -> None:
-    """NotImplementedError naming everything a hopper=True (or hopper_backward=True) call asks for
-    that the Hopper forward (kernels/_hopper.py) or backward (kernels/_hopper_bwd.py) does not do;
-    nothing is ignored or quietly sent elsewhere."""
+def _hopper_gaps(q, k, v, opts: AttentionOptions, alibi, varlen: bool, fwd_tiles, switch: str = "hopper") -> list[str]:
+    """Everything this call asks for that the Hopper forward (kernels/_hopper.py), or with
+    switch="hopper_backward" the one-pass Hopper backward (kernels/_hopper_bwd.py), does not do;
+    empty where it can run."""
     from kernels._hopper import hopper_unsupported
 
-    which = "forward" if switch == "hopper" else "backward"
     used = opts.features + (["alibi_slopes"] if alibi is not None else [])
     used += [name for name, on in (("cu_seqlens_q/cu_seqlens_k (packed batches)", varlen),
                                    (f"algorithm={opts.algorithm!r}", opts.algorithm != "fa2"),
@@ -349,11 +354,32 @@ def _check_hopper(q, k, v, opts: AttentionOptions, alibi, varlen: bool, fwd_tile
                                    ("seq_parallel=False", not opts.seq_parallel),
                                    ("skip_masked_tiles=False", not opts.skip_masked_tiles),
                                    ("atomic_dq=True", switch != "hopper" and opts.atomic_dq)) if on]
-    used += hopper_unsupported(q, k, v, opts.causal)
+    return used + hopper_unsupported(q, k, v, opts.causal)
+
+
+def _check_hopper(q, k, v, opts: AttentionOptions, alibi, varlen: bool, fwd_tiles, switch: str = "hopper") -> None:
+    """NotImplementedError naming everything a hopper=True (or hopper_backward=True) call asks for
+    that the Hopper kernel lacks; nothing is ignored or quietly sent elsewhere."""
+    used = _hopper_gaps(q, k, v, opts, alibi, varlen, fwd_tiles, switch)
     if used:
+        which = "forward" if switch == "hopper" else "backward"
         raise NotImplementedError(f"{switch}=True does not support {'; '.join(used)}: the Hopper {which} covers "
                                   "float16/bfloat16, head dims 64 and 128, causal and full masks and GQA on sm_90 "
                                   f"(call without {switch}=True for the portable kernels)")
+
+
+@functools.lru_cache(maxsize=None)
+def _is_sm90(device_index: int) -> bool:
+    return torch.cuda.get_device_capability(device_index) == (9, 0)
+
+
+def hopper_forward_by_default(head_dim: int, device: torch.device) -> bool:
+    """Whether flash_attention(hopper=None), the default, runs the Hopper forward on `device` at
+    this head dim where the kernel covers the call: sm_90 (not under Triton's interpreter) and a
+    head dim in HOPPER_DEFAULT_HEAD_DIMS."""
+    if device.type != "cuda" or _interpreter_on() or head_dim not in HOPPER_DEFAULT_HEAD_DIMS:
+        return False
+    return _is_sm90(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def _draw_dropout_seed(device: torch.device) -> torch.Tensor:
@@ -372,7 +398,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                     cu_seqlens_q: torch.Tensor | None = None, cu_seqlens_k: torch.Tensor | None = None,
                     max_seqlen_q: int = 0, max_seqlen_k: int = 0, q_descale: torch.Tensor | None = None,
                     k_descale: torch.Tensor | None = None, v_descale: torch.Tensor | None = None,
-                    hopper: bool = False, hopper_overlap: bool = True, hopper_backward: bool = False):
+                    hopper: bool | None = None, hopper_overlap: bool = True, hopper_backward: bool = False):
     """Exact attention softmax(q k^T * scale) v with FlashAttention-2 kernels (or FlashAttention-1's).
 
     Args:
@@ -462,24 +488,30 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         flash-attn 2.8's API take float16/bfloat16 only.
 
     Hopper forward, keyword-only:
-        hopper: True runs the forward on kernels/_hopper.py (sm_90 only: TMA loads by a
+        hopper: None (the default) picks the forward per call: on sm_90 at the head dims of
+            HOPPER_DEFAULT_HEAD_DIMS (128) the Hopper kernel where it covers the call (below),
+            the portable FlashAttention-2 forward everywhere else; `hopper_forward_by_default`
+            says which. True runs the forward on kernels/_hopper.py (sm_90 only: TMA loads by a
             warp-specialised producer warp, two consumer warpgroups on asynchronous wgmma with
-            the softmax of one key tile overlapped with P V of the previous one); the backward
-            stays the portable one, fed by its output and lse. Off by default. It covers float16
-            and bfloat16, head dims 64 and 128, causal (seqlen_q <= seqlen_k) and full masks,
-            grouped-query attention, and inputs whose heads' rows are contiguous ((B, H, N, D)
-            dense); anything else, including the training features, packed batches, fwd_tiles
-            and the forward's ablation switches, raises NotImplementedError naming it. Its
-            output is contiguous.
+            the softmax of one key tile overlapped with P V of the previous one) and False on
+            the portable kernel (the ablations of the FlashAttention-2 kernels pin it). Either
+            way the backward stays the portable one, fed by the forward's output and lse. The
+            Hopper forward covers float16 and bfloat16, head dims 64 and 128, causal
+            (seqlen_q <= seqlen_k) and full masks, grouped-query attention, and inputs whose
+            heads' rows are contiguous ((B, H, N, D) dense); with hopper=True anything else,
+            including the training features, packed batches, fwd_tiles and the forward's
+            ablation switches, raises NotImplementedError naming it (with None it falls back).
+            Its output is contiguous.
         hopper_overlap: with hopper=True, False runs the consumers serially (S, softmax, P V,
             one tile after another): the ablation of the overlap. Without hopper=True it must
             stay True (ValueError).
         hopper_backward: True runs the backward in one pass on kernels/_hopper_bwd.py (sm_90
             only: Q and dO streamed by TMA, dQ added into a float32 accumulator by TMA
             reduce-add instead of the portable backward's separate dQ kernel); with either
-            forward. Off by default. Same coverage as hopper=True, else NotImplementedError;
-            not bitwise reproducible, so deterministic=True with it is a ValueError. bwd_tiles
-            sets its (query rows, keys, warps, stages).
+            forward. Off by default (slower than the portable backward on the H200, v12). Same
+            coverage as hopper=True, else NotImplementedError; not bitwise reproducible, so
+            deterministic=True with it is a ValueError. bwd_tiles sets its (query rows, keys,
+            warps, stages).
 
     Returns o (B, H, Nq, D), laid out like q where q is dense (bfloat16 for fp8 inputs), then
     lse with return_lse, then the probabilities with return_probs (a tuple when either is set).
@@ -490,7 +522,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         raise ValueError(f"q_descale, k_descale and v_descale are for torch.float8_e4m3fn inputs; q, k, v have "
                          f"dtype {q.dtype}")
     _check_algorithm(algorithm)
-    if not hopper and not hopper_overlap:
+    if hopper is not None and not isinstance(hopper, bool):
+        raise ValueError(f"hopper must be None (the default: chosen per call), True or False, got {hopper!r}")
+    if hopper is not True and not hopper_overlap:
         raise ValueError("hopper_overlap=False is a switch of the Hopper forward: it needs hopper=True")
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
     batch = _check_varlen_args(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) if varlen else q.shape[0]
@@ -537,7 +571,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                            "algorithm='fa1'": algorithm == "fa1", "bwd_tiles": bwd_tiles is not None,
                            "atomic_dq=True": bool(atomic_dq), "recompute=False": not recompute,
                            "deferred_rescale=False": not deferred_rescale, "seq_parallel=False": not seq_parallel,
-                           "skip_masked_tiles=False": not skip_masked_tiles, "hopper=True": bool(hopper),
+                           "skip_masked_tiles=False": not skip_masked_tiles, "hopper=True": hopper is True,
                            "hopper_backward=True": bool(hopper_backward)})
         kv_heads = k.shape[1]
         descales = (_check_descale("q_descale", q_descale, batch, q.shape[1], q),
@@ -574,6 +608,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
     if hopper:
         _check_hopper(q, k, v, opts, alibi, varlen, fwd_tiles)
+    elif hopper is None and hopper_forward_by_default(head_dim, q.device) and not _hopper_gaps(
+            q, k, v, opts, alibi, varlen, fwd_tiles):
+        opts = dataclasses.replace(opts, hopper=True)
     if hopper_backward:
         _check_hopper(q, k, v, opts, alibi, varlen, fwd_tiles, switch="hopper_backward")
 

@@ -126,11 +126,11 @@ def test_hopper_grid_sets_each_arm_beside_cudnn_on_every_shape():
     cells = grid.hopper(s)
     shapes = {(c.mode, c.head_dim, c.causal, c.seqlen_q) for c in cells}
     assert len(shapes) == len(s["modes"]) * len(s["head_dims"]) * len(s["causal"]) * len(s["seqlens"])
-    forward_arms = {("ours", "portable"): {}, ("ours", "hopper_serial"): {"hopper": True, "hopper_overlap": False},
+    forward_arms = {("ours", "portable"): {"hopper": False}, ("ours", "hopper_serial"): {"hopper": True, "hopper_overlap": False},
                     ("ours", "hopper"): {"hopper": True}}
     one_pass = {("ours", "hopper_bwd"): {"hopper": True, "hopper_backward": True}}
     expected = {"fwd": forward_arms, "fwd_bwd": {**forward_arms, **one_pass},
-                "bwd": {("ours", "portable"): {}, **one_pass}}
+                "bwd": {("ours", "portable"): {"hopper": False}, **one_pass}}
     for shape in shapes:
         arms = {(c.provider, c.variant): dict(c.switches) for c in cells if (c.mode, c.head_dim, c.causal, c.seqlen_q) == shape}
         assert arms == {**expected[shape[0]], **{(peer, "default"): {} for peer in s["peers"]}}
@@ -139,6 +139,20 @@ def test_hopper_grid_sets_each_arm_beside_cudnn_on_every_shape():
     hopper_row = next(c for c in cells if c.variant == "hopper" and c.mode == "fwd")
     assert providers.tile_columns(hopper_row)["num_warps"] == 12  # the Hopper kernel's, not the portable default
     assert providers.tile_columns(next(c for c in cells if c.variant == "portable" and c.mode == "fwd"))["num_warps"] != 12
+
+
+@pytest.mark.parametrize("ablation", ["tiles", "causal", "recompute", "fa1_vs_fa2"])
+def test_ablations_of_the_portable_kernels_pin_them(ablation):
+    """On sm_90 at head dim 128 the default forward is the Hopper kernel: these ablations study the
+    FlashAttention-2 kernels, so every one of their cells runs hopper=False."""
+    cells = grid.cells(ablation, SETTINGS[ablation], on_gpu=True)
+    ours = [c for c in cells if c.provider == "ours"]
+    assert ours and all(dict(c.switches)["hopper"] is False for c in ours)
+
+
+def test_engine_ablations_run_the_defaults():
+    for ablation in ("speed", "seqlen", "accuracy"):
+        assert all(not c.switches for c in grid.cells(ablation, SETTINGS[ablation], on_gpu=True)), ablation
 
 
 def test_tiles_sweep_each_pass_and_measure_the_default():

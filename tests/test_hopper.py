@@ -5,7 +5,8 @@ On an sm_90 GPU: the output, the log-sum-exp and (through the portable backward 
 gradient against the float64 reference, with test_kernels' rule (at most twice PyTorch's own error
 at the same precision), on odd lengths, Nq != Nk, grouped-query heads and both pipelines
 (`overlap`), with every allocation poisoned; the Hopper backward's three gradients the same way,
-alone and after the Hopper forward, for each of its tile configs. Anywhere: the refusals (what hopper=True does not
+alone and after the Hopper forward, for each of its tile configs; which forward the default
+(hopper=None) picks: the Hopper one exactly where it covers the call at head dim 128. Anywhere: the refusals (what hopper=True does not
 cover raises NotImplementedError naming it), and the sm_90a compile of every configuration, in a
 subprocess (the interpreter must be off there), with no spills and the instructions it is for.
 """
@@ -19,7 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels import attention_reference, flash_attention
+from kernels import TileConfig, attention_reference, flash_attention
+from kernels.attention import HOPPER_DEFAULT_HEAD_DIMS, hopper_forward_by_default
 from test_kernels import (DEVICE, assert_close_to_reference, check_against_reference, make_inputs,  # noqa: F401
                           poisoned_allocations)  # (a fixture)
 
@@ -219,3 +221,57 @@ def test_hopper_backward_refused_without_a_hopper_gpu():
     q = _t(1, 2, 64, 64)
     with pytest.raises(NotImplementedError, match="hopper_backward=True .*compute capability 9.0"):
         flash_attention(q, q, q, hopper_backward=True)
+
+
+@pytest.mark.parametrize("value", ["yes", 1, 0.0])
+def test_hopper_switch_is_none_or_a_bool(value):
+    q = _t(1, 2, 64, 64)
+    with pytest.raises(ValueError, match="hopper must be None"):
+        flash_attention(q, q, q, hopper=value)
+
+
+def test_default_forward_is_portable_off_hopper():
+    assert HOPPER_DEFAULT_HEAD_DIMS == (128,)
+    assert not hopper_forward_by_default(128, torch.device("cpu"))
+    if torch.cuda.is_available():
+        assert hopper_forward_by_default(128, torch.device("cuda")) == IS_SM90
+        assert not hopper_forward_by_default(64, torch.device("cuda"))
+
+
+def _same(a, b):
+    a, b = (a,) if torch.is_tensor(a) else a, (b,) if torch.is_tensor(b) else b
+    return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+@sm90
+def test_default_forward_is_the_hopper_one_where_it_covers_the_call():
+    """hopper=None runs exactly what hopper=True runs at head dim 128 on dense inputs, and exactly
+    the portable forward at 64 and wherever the Hopper forward does not cover the call; the two
+    forwards differ in their rounding, so bitwise equality says which one ran."""
+    q, k, v = (t.detach() for t in make_inputs(2, 4, 2, 700, 900, 128, torch.float16))
+    for causal in (False, True):
+        default = flash_attention(q, k, v, causal=causal, return_lse=True)
+        assert _same(default, flash_attention(q, k, v, causal=causal, return_lse=True, hopper=True))
+        assert not _same(default, flash_attention(q, k, v, causal=causal, return_lse=True, hopper=False))
+    q64, k64, v64 = (t.detach() for t in make_inputs(2, 4, 2, 700, 900, 64, torch.float16))
+    assert _same(flash_attention(q64, k64, v64, return_lse=True),
+                 flash_attention(q64, k64, v64, return_lse=True, hopper=False))
+    portable_cases = [
+        ((q, k, v), dict(softcap=20.0)),
+        ((q, k, v), dict(window_size=(100, 0), causal=True)),
+        ((q, k, v), dict(fwd_tiles=TileConfig(64, 64, 4, 2))),
+        ((q, k, v), dict(alibi_slopes=torch.rand(4, device=DEVICE, dtype=torch.float32))),
+        ((q.transpose(1, 2).contiguous().transpose(1, 2), k, v), {}),  # (B, N, H, D) memory
+        ((k.repeat_interleave(2, 1), q[:, :, :300].contiguous(), q[:, :, :300].contiguous()), dict(causal=True)),  # Nq > Nk
+    ]
+    for (qq, kk, vv), kwargs in portable_cases:
+        assert _same(flash_attention(qq, kk, vv, return_lse=True, **kwargs),
+                     flash_attention(qq, kk, vv, return_lse=True, hopper=False, **kwargs)), kwargs
+
+
+@sm90
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_default_forward_gradients_match_reference(causal, poisoned_allocations):
+    """The default at head dim 128 (the Hopper forward, then the portable backward from its output)."""
+    q, k, v = make_inputs(2, 4, 2, 517, 1030, 128, torch.float16)
+    check_against_reference(q, k, v, causal)
