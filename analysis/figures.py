@@ -603,8 +603,12 @@ def draw_hopper(frames):
         _seqlen_axis(axis, sorted(panel["seqlen_k"].unique()))
         axis.set_title(_panel_title(head_dim, causal), fontsize=8)
         axis.set_ylabel("TFLOP/s")
-    _legend_below(figure, axes, ncol=2)
-    figure.tight_layout(rect=(0, 0.22, 1, 1))
+    # the legend's rows (an entry per arm and mode) get their own inches below the panels and their labels
+    entries = {label for axis in axes.flat for label in axis.get_legend_handles_labels()[1]}
+    legend_inches = 0.22 * -(-len(entries) // 3) + 0.15
+    figure.set_size_inches(figure.get_figwidth(), 2.9 + legend_inches)
+    _legend_below(figure, axes, ncol=3)
+    figure.tight_layout(rect=(0, legend_inches / (2.9 + legend_inches), 1, 1))
     return figure
 
 
