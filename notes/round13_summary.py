@@ -33,6 +33,16 @@ def main() -> None:
         print(f"head dim 128 {mode}, judged cells: {picked.speedup.min():.2f}-{picked.speedup.max():.2f}x "
               f"over {len(picked)} cells (seqlens {', '.join(str(int(n)) for n in sorted(picked.seqlen_q.unique()))})")
 
+    hopper = pd.read_csv(ROOT / "results" / "archive" / "nvidia-h200" / "hopper.csv")
+    hopper = hopper[(hopper["status"] == "ok") & (hopper["provider"] == "ours") & (hopper["mode"] == "fwd")]
+    medians = hopper.pivot_table(index=["head_dim", "causal", "seqlen_q"], columns="variant", values="ms",
+                                 aggfunc="median")
+    gain = (medians["portable"] / medians["hopper"]).rename("hopper over portable, forward")
+    print("\n## hopper ablation at 995c907: the Hopper forward over the portable one (median ms ratio)\n")
+    print(gain.round(2).unstack("seqlen_q").to_string())
+    for head_dim, values in gain.groupby(level="head_dim"):
+        print(f"head dim {head_dim:.0f}: {values.min():.2f}-{values.max():.2f}x")
+
     speed = pd.read_csv(ROOT / "results" / "archive" / "nvidia-h200" / "speed.csv")
     speed = speed[(speed["status"] == "ok") & (speed["mode"] == "fwd") & (speed["seqlen_q"] <= 1024)
                   & speed["provider"].isin(["ours", "sdpa_flash"])]
