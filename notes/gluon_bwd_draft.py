@@ -28,10 +28,7 @@ and the portable backward on the `hopper` grid, then moving it into kernels/.
 from __future__ import annotations
 
 import argparse
-import re
-import subprocess
 import sys
-import tempfile
 import time
 
 import torch
@@ -234,15 +231,16 @@ def dq_parts(head_dim: int) -> int:
 
 
 def compile_report(head_dim: int, causal: bool, parts: int | None = None) -> str:
-    """Compile for sm_90a without a GPU (as tests/hopper_compile.py does) and return ptxas' report."""
+    """Compile for sm_90a without a GPU and return ptxas' report (tests/hopper_compile.py's target and report)."""
     from triton._C.libtriton import native_specialize_impl
-    from triton.backends.compiler import BaseBackend, GPUTarget
-    from triton.backends.nvidia.compiler import get_ptxas
+    from triton.backends.compiler import BaseBackend
     from triton.compiler import make_backend
     from triton.experimental.gluon._runtime import GluonASTSource
 
+    sys.path.insert(0, "tests")
+    from hopper_compile import SM90, _ptxas_report
+
     parts = parts or dq_parts(head_dim)
-    target = GPUTarget("cuda", 90, 32)
     x = torch.empty(1, 2, 4096, head_dim, dtype=torch.float16)
     f32 = torch.empty(1, dtype=torch.float32)
     args = dict(q_desc=_hopper._descriptor(x, BLOCK_M), k_desc=_hopper._descriptor(x, HALF_N),
@@ -254,19 +252,12 @@ def compile_report(head_dim: int, causal: bool, parts: int | None = None) -> str
                      num_warps=CONSUMER_WARPS)
     signature.update({name: "constexpr" for name in constants})
     constexprs = {(_gluon_bwd.arg_names.index(name),): value for name, value in constants.items()}
-    options = make_backend(target).parse_options(dict(num_warps=CONSUMER_WARPS, maxnreg=MAX_REGS))
+    options = make_backend(SM90).parse_options(dict(num_warps=CONSUMER_WARPS, maxnreg=MAX_REGS))
     start = time.time()
-    compiled = triton.compile(GluonASTSource(_gluon_bwd, signature, constexprs, {}), target=target,
+    compiled = triton.compile(GluonASTSource(_gluon_bwd, signature, constexprs, {}), target=SM90,
                               options=options.__dict__)
     ptx = compiled.asm["ptx"]
-    arch = re.search(r"\.target (sm_\w+)", ptx).group(1)
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
-        f.write(ptx)
-        f.flush()
-        report = subprocess.run([get_ptxas(90).path, "-v", f"--gpu-name={arch}", f.name, "-o", "/dev/null"],
-                                capture_output=True, text=True, check=True).stderr
-    info = "; ".join(line.split("info    : ")[-1].strip() for line in report.splitlines()
-                     if "Used" in line or "spill" in line)
+    arch, info = _ptxas_report(ptx)
     return (f"gluon bwd d{head_dim} causal={causal} dq_parts={parts}: {arch} shared={compiled.metadata.shared} "
             f"wgmma={ptx.count('wgmma.mma_async')} setmaxnreg={ptx.count('setmaxnreg')} "
             f"atom={ptx.count('red.global') + ptx.count('atom.global')} ({time.time() - start:.1f} s) | {info}")

@@ -42,6 +42,13 @@ def per_call_us(fn, calls=2000):
     return host_overhead.per_call_us(fn, calls, warmup=100)
 
 
+def descriptors(q, k, v):
+    """The three TensorDescriptors hopper_forward builds on every call."""
+    block_n, _ = _hopper.default_config(q.shape[-1])
+    return (_hopper._descriptor(q, _hopper.HALF_M), _hopper._descriptor(k, block_n),
+            _hopper._descriptor(v, block_n))
+
+
 def launch_args(q, k, v, causal):
     batch, heads, n_q, head_dim = q.shape
     kv_heads, n_k = k.shape[1], k.shape[2]
@@ -49,11 +56,9 @@ def launch_args(q, k, v, causal):
     out = torch.empty_like(q)
     lse = torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32)
     grid = (triton.cdiv(n_q, _hopper.BLOCK_M), batch * heads)
-    descriptors = (_hopper._descriptor(q, _hopper.HALF_M), _hopper._descriptor(k, block_n),
-                   _hopper._descriptor(v, block_n))
     positional = (out, lse, n_q, n_k, heads, heads // kv_heads, head_dim ** -0.5 * _hopper.LOG2E)
     constants = dict(BLOCK_N=block_n, HEAD_DIM=head_dim, STAGES=stages, CAUSAL=causal, OVERLAP=True)
-    return grid, descriptors, positional, constants, (out, lse), block_n
+    return grid, descriptors(q, k, v), positional, constants, (out, lse)
 
 
 def probe(shape, causal, print_row):
@@ -64,27 +69,26 @@ def probe(shape, causal, print_row):
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
             F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
-    grid, descriptors, positional, constants, outputs, block_n = launch_args(q, k, v, causal)
+    grid, prebuilt, positional, constants, outputs = launch_args(q, k, v, causal)
     kernel = _hopper._hopper_fwd
     options = dict(num_warps=_hopper.CONSUMER_WARPS, maxnreg=_hopper.MAX_REGS)
 
     def jit_launch():
-        return kernel[grid](*descriptors, *positional, **constants, **options)
+        return kernel[grid](*prebuilt, *positional, **constants, **options)
 
     compiled = jit_launch()
     jit_out = [t.clone() for t in outputs]
     names = kernel.arg_names
-    values = dict(zip(names, descriptors + positional), **constants, num_warps=_hopper.CONSUMER_WARPS)
+    values = dict(zip(names, prebuilt + positional), **constants, num_warps=_hopper.CONSUMER_WARPS)
 
-    def direct(descs=descriptors):
+    def direct(descs=prebuilt):
         _, stream = _device_and_stream()
         ordered = [dict(values, **dict(zip(names, descs)))[name] for name in names]
         compiled.run(grid[0], grid[1], 1, stream, compiled.function, compiled.packed_metadata, None, None, None,
                      *ordered)
 
     def direct_fresh():
-        direct((_hopper._descriptor(q, _hopper.HALF_M), _hopper._descriptor(k, block_n),
-                _hopper._descriptor(v, block_n)))
+        direct(descriptors(q, k, v))
 
     with torch.no_grad():
         print_row(label, "sdpa_flash", per_call_us(sdpa))
@@ -92,8 +96,8 @@ def probe(shape, causal, print_row):
         print_row(label, "ours hopper=False", per_call_us(lambda: flash_attention(q, k, v, causal=causal,
                                                                                   hopper=False)))
         print_row(label, "hopper_forward", per_call_us(
-            lambda: _hopper.hopper_forward(q, k, v, head_dim_scale(q), causal)))
-        print_row(label, "descriptors", per_call_us(lambda: launch_args(q, k, v, causal)))
+            lambda: _hopper.hopper_forward(q, k, v, q.shape[-1] ** -0.5, causal)))
+        print_row(label, "descriptors", per_call_us(lambda: descriptors(q, k, v)))
         print_row(label, "jit launch, prebuilt", per_call_us(jit_launch))
         try:
             for t in outputs:
@@ -105,10 +109,6 @@ def probe(shape, causal, print_row):
             print_row(label, "direct launch, fresh descriptors", per_call_us(direct_fresh))
         except Exception as error:  # the launcher may not take host descriptors this way: say so
             print(f"{label},direct launch failed: {type(error).__name__}: {error}", flush=True)
-
-
-def head_dim_scale(q):
-    return q.shape[-1] ** -0.5
 
 
 def main():
