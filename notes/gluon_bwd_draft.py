@@ -38,7 +38,19 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                                warpgroup_mma_wait)
 
+from triton._C.libtriton import ir as _ir
+from triton.experimental.gluon.language._core import builtin
+
 from kernels import _hopper
+
+
+@builtin
+def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+    """Add the shared-memory tile `src` into the global tile at `coord` of `tensor_desc` by TMA
+    (cp.reduce.async.bulk.tensor add): the op plain Triton's descriptor atomic_add lowers to, which
+    Gluon 3.6 builds but does not name in its Python API."""
+    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+    _semantic.builder.create_async_tma_reduce(_ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle)
 
 HALF_N = 64  # keys of one consumer warpgroup; a program holds two
 BLOCK_N = 2 * HALF_N
@@ -74,10 +86,11 @@ def _bwd_producer(q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_sm
 
 
 @gluon.jit
-def _bwd_consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, kv_bar, ready, empty, Lse, Delta, DQ, DK, DV,
+def _bwd_consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full, ds_empty,
+                  dq_desc, Lse, Delta, DQ, DK, DV,
                   key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m, qk_scale, sm_scale, WHICH: gl.constexpr,
                   HALF_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-                  CAUSAL: gl.constexpr, DQ_PARTS: gl.constexpr, num_warps: gl.constexpr):
+                  CAUSAL: gl.constexpr, DQ_PARTS: gl.constexpr, DQ_MODE: gl.constexpr, num_warps: gl.constexpr):
     """One warpgroup, keys [key0 + WHICH * HALF_N, + HALF_N): dK and dV over every streamed query tile,
     and its share of each tile's dQ."""
     dtype: gl.constexpr = q_smem.dtype
@@ -90,7 +103,6 @@ def _bwd_consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, kv_bar, ready, empty
     query_layout: gl.constexpr = gl.SliceLayout(0, st_layout)
     k_tile = k_smem.index(WHICH)
     v_tile = v_smem.index(WHICH)
-    ds_tile = ds_smem.index(WHICH)
     first_key = key0 + WHICH * HALF_N
     keys = first_key + gl.arange(0, HALF_N, layout=key_layout)
     tile_queries = gl.arange(0, BLOCK_M, layout=query_layout)
@@ -130,9 +142,15 @@ def _bwd_consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, kv_bar, ready, empty
         dv = warpgroup_mma(pt_op, do_tile, dv, is_async=True)  # dV += P^T dO
         dpt = warpgroup_mma_wait(1, deps=[dpt])
         dst = (pt * (dpt - gl.expand_dims(delta, 0))).to(dtype)
+        buf = t % 2
+        if DQ_MODE == 2:  # the other consumer may still read this buffer's dS^T of tile t - 2
+            mbarrier.wait(ds_empty.index(buf), ((t // 2) & 1) ^ 1)
+        ds_tile = ds_smem.index(buf * 2 + WHICH)
         ds_tile.store(dst)
         fence_async_shared()
         gl.thread_barrier()
+        if DQ_MODE == 2:
+            mbarrier.arrive(ds_full.index(buf), count=1)
         dst_op = gl.convert_layout(dst, a_layout)
         dk = warpgroup_mma(dst_op, q_tile, dk, is_async=True)  # dK += dS^T Q
         dv, dk = warpgroup_mma_wait(0, deps=[dv, dk])
@@ -141,11 +159,39 @@ def _bwd_consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, kv_bar, ready, empty
         dq_tile = DQ + (head * N_Q + q0).to(gl.int64) * HEAD_DIM  # int64 once; 32-bit offsets within the tile
         dq_offsets = gl.expand_dims(dq_rows, 1) * HEAD_DIM + gl.expand_dims(dq_cols, 0)
         dq_mask = gl.expand_dims(q0 + dq_rows < N_Q, 1) & gl.expand_dims(dq_cols < DQ_COLS, 0)
-        for part in gl.static_range(DQ_PARTS):
-            dq = warpgroup_mma(ds_tile.permute((1, 0)), k_tile.slice(part * DQ_COLS, DQ_COLS, dim=1), dq_zero,
+        if DQ_MODE == 0:  # relaxed float32 atomic adds, element by element
+            for part in gl.static_range(DQ_PARTS):
+                dq = warpgroup_mma(ds_tile.permute((1, 0)), k_tile.slice(part * DQ_COLS, DQ_COLS, dim=1), dq_zero,
+                                   use_acc=False, is_async=True)
+                dq = warpgroup_mma_wait(0, deps=[dq])
+                gl.atomic_add(dq_tile + part * DQ_COLS + dq_offsets, dq * sm_scale, mask=dq_mask, sem="relaxed")
+        elif DQ_MODE == 1:  # this consumer's 64 keys' share of every column, staged in shared memory, TMA reduce
+            tma.store_wait(0)  # the last tile's reduces have read the staging tiles
+            gl.thread_barrier()
+            for part in gl.static_range(DQ_PARTS):
+                dq = warpgroup_mma(ds_tile.permute((1, 0)), k_tile.slice(part * DQ_COLS, DQ_COLS, dim=1), dq_zero,
+                                   use_acc=False, is_async=True)
+                dq = warpgroup_mma_wait(0, deps=[dq])
+                dq_smem.index(WHICH * DQ_PARTS + part).store(dq * sm_scale)
+            fence_async_shared()
+            gl.thread_barrier()
+            for part in gl.static_range(DQ_PARTS):
+                _tma_reduce_add(dq_desc, [head * N_Q + q0, part * DQ_COLS], dq_smem.index(WHICH * DQ_PARTS + part))
+        else:  # 2: both consumers' dS^T; this one sums all 128 keys for its half of the columns, one TMA reduce
+            mbarrier.wait(ds_full.index(buf), (t // 2) & 1)
+            tma.store_wait(0)
+            gl.thread_barrier()
+            dq = warpgroup_mma(ds_smem.index(buf * 2).permute((1, 0)),
+                               k_smem.index(0).slice(WHICH * DQ_COLS, DQ_COLS, dim=1), dq_zero,
                                use_acc=False, is_async=True)
+            dq = warpgroup_mma(ds_smem.index(buf * 2 + 1).permute((1, 0)),
+                               k_smem.index(1).slice(WHICH * DQ_COLS, DQ_COLS, dim=1), dq, is_async=True)
             dq = warpgroup_mma_wait(0, deps=[dq])
-            gl.atomic_add(dq_tile + part * DQ_COLS + dq_offsets, dq * sm_scale, mask=dq_mask, sem="relaxed")
+            mbarrier.arrive(ds_empty.index(buf), count=1)
+            dq_smem.index(WHICH * DQ_PARTS).store(dq * sm_scale)
+            fence_async_shared()
+            gl.thread_barrier()
+            _tma_reduce_add(dq_desc, [head * N_Q + q0, WHICH * DQ_COLS], dq_smem.index(WHICH * DQ_PARTS))
 
     out_rows = gl.arange(0, HALF_N, layout=gl.SliceLayout(1, acc_layout))
     out_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
@@ -154,12 +200,14 @@ def _bwd_consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, kv_bar, ready, empty
     in_keys = gl.expand_dims(first_key + out_rows < N_K, 1) & gl.expand_dims(out_cols < HEAD_DIM, 0)
     gl.store(DK + offsets, (dk * sm_scale).to(dtype), mask=in_keys)
     gl.store(DV + offsets, dv.to(dtype), mask=in_keys)
+    if DQ_MODE != 0:
+        tma.store_wait(0)
 
 
 @gluon.jit
-def _gluon_bwd(q_desc, k_desc, v_desc, do_desc, Lse, Delta, DQ, DK, DV, N_Q, N_K, KV_HEADS, GROUP,
+def _gluon_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, DQ, DK, DV, N_Q, N_K, KV_HEADS, GROUP,
                qk_scale, sm_scale, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-               CAUSAL: gl.constexpr, DQ_PARTS: gl.constexpr, num_warps: gl.constexpr):
+               CAUSAL: gl.constexpr, DQ_PARTS: gl.constexpr, DQ_MODE: gl.constexpr, num_warps: gl.constexpr):
     """A program: 2 x HALF_N keys of one (batch, kv head); warps: consumer 0 (the default partition),
     consumer 1 and the producer."""
     HALF: gl.constexpr = k_desc.block_type.shape[0]
@@ -180,7 +228,11 @@ def _gluon_bwd(q_desc, k_desc, v_desc, do_desc, Lse, Delta, DQ, DK, DV, N_Q, N_K
     k_smem = gl.allocate_shared_memory(dtype, [2, HALF, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [2, HALF, HEAD_DIM], v_desc.layout)
     ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HALF, BLOCK_M], dtype)
-    ds_smem = gl.allocate_shared_memory(dtype, [2, HALF, BLOCK_M], ds_layout)
+    ds_smem = gl.allocate_shared_memory(dtype, [4, HALF, BLOCK_M], ds_layout)  # 2 buffers x 2 consumers
+    DQ_COLS: gl.constexpr = HEAD_DIM // DQ_PARTS
+    dq_smem = gl.allocate_shared_memory(gl.float32, [2 * DQ_PARTS, BLOCK_M, DQ_COLS], dq_desc.layout)
+    ds_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    ds_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -188,20 +240,25 @@ def _gluon_bwd(q_desc, k_desc, v_desc, do_desc, Lse, Delta, DQ, DK, DV, N_Q, N_K
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)  # both consumers release a slot
+    for i in gl.static_range(2):
+        mbarrier.init(ds_full.index(i), count=2)
+        mbarrier.init(ds_empty.index(i), count=2)
 
     gl.warp_specialize([
-        (_bwd_consumer, (q_smem, do_smem, k_smem, v_smem, ds_smem, kv_bar, ready, empty, Lse, Delta, DQ, DK, DV,
+        (_bwd_consumer, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full, ds_empty,
+                         dq_desc, Lse, Delta, DQ, DK, DV,
                          key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m, qk_scale, sm_scale, 0, HALF,
-                         BLOCK_M, HEAD_DIM, STAGES, CAUSAL, DQ_PARTS, num_warps)),
-        (_bwd_consumer, (q_smem, do_smem, k_smem, v_smem, ds_smem, kv_bar, ready, empty, Lse, Delta, DQ, DK, DV,
+                         BLOCK_M, HEAD_DIM, STAGES, CAUSAL, DQ_PARTS, DQ_MODE, num_warps)),
+        (_bwd_consumer, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full, ds_empty,
+                         dq_desc, Lse, Delta, DQ, DK, DV,
                          key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m, qk_scale, sm_scale, 1, HALF,
-                         BLOCK_M, HEAD_DIM, STAGES, CAUSAL, DQ_PARTS, num_warps)),
+                         BLOCK_M, HEAD_DIM, STAGES, CAUSAL, DQ_PARTS, DQ_MODE, num_warps)),
         (_bwd_producer, (q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
                          kv_row, q_head0, GROUP, N_Q, m_start, n_m, BLOCK_M, STAGES)),
     ], [_CONSUMER_WARPS, 1], [_CONSUMER_REGS, _PRODUCER_REGS])
 
 
-def gluon_backward(do, q, k, v, out, lse, softmax_scale: float, causal: bool):
+def gluon_backward(do, q, k, v, out, lse, softmax_scale: float, causal: bool, dq_mode: int = 2):
     """dq, dk, dv (q, k, v dense (B, H, N, D) fp16/bf16 at head dim 64 or 128, as the Hopper forward takes)."""
     from kernels._backward import _attn_bwd_delta
     from kernels._forward import strides
@@ -216,12 +273,25 @@ def gluon_backward(do, q, k, v, out, lse, softmax_scale: float, causal: bool):
         out, do, delta, dq_acc, *strides(out, False), *strides(do, False), heads, n_q, delta, 0,
         HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=64, VARLEN=False, ZERO_DQ=True)
     grid = (triton.cdiv(n_k, BLOCK_N), batch * kv_heads)
+    parts = 2 if dq_mode == 2 else dq_parts(head_dim)
     _gluon_bwd[grid](_hopper._descriptor(q, BLOCK_M), _hopper._descriptor(k, HALF_N), _hopper._descriptor(v, HALF_N),
-                     _hopper._descriptor(do, BLOCK_M), lse.contiguous(), delta, dq_acc, dk, dv, n_q, n_k, kv_heads,
+                     _hopper._descriptor(do, BLOCK_M), _dq_descriptor(dq_acc, head_dim // parts), lse.contiguous(),
+                     delta, dq_acc, dk, dv, n_q, n_k, kv_heads,
                      heads // kv_heads, softmax_scale * _hopper.LOG2E, softmax_scale,
                      BLOCK_M=BLOCK_M, HEAD_DIM=head_dim, STAGES=STAGES, CAUSAL=bool(causal),
-                     DQ_PARTS=dq_parts(head_dim), num_warps=CONSUMER_WARPS, maxnreg=MAX_REGS)
+                     DQ_PARTS=parts, DQ_MODE=dq_mode, num_warps=CONSUMER_WARPS, maxnreg=MAX_REGS)
     return dq_acc.to(q.dtype), dk, dv
+
+
+def _dq_descriptor(dq_acc: torch.Tensor, cols: int):
+    """The float32 dQ accumulator as one (B*H*N, D) matrix, tiles of BLOCK_M rows x `cols` columns. A query
+    tile past its head's last row reaches into the next head's rows: those rows of dS are zero, so the
+    reduce adds zeros there."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    b, h, n, d = dq_acc.shape
+    layout = gl.NVMMASharedLayout.get_default_for([BLOCK_M, cols], gl.float32)
+    return TensorDescriptor(dq_acc, [b * h * n, d], [d, 1], [BLOCK_M, cols], layout)
 
 
 def dq_parts(head_dim: int) -> int:
@@ -230,7 +300,7 @@ def dq_parts(head_dim: int) -> int:
     return 2 if head_dim == 128 else 1
 
 
-def compile_report(head_dim: int, causal: bool, parts: int | None = None) -> str:
+def compile_report(head_dim: int, causal: bool, parts: int | None = None, dq_mode: int = 2) -> str:
     """Compile for sm_90a without a GPU and return ptxas' report (tests/hopper_compile.py's target and report)."""
     from triton._C.libtriton import native_specialize_impl
     from triton.backends.compiler import BaseBackend
@@ -240,16 +310,17 @@ def compile_report(head_dim: int, causal: bool, parts: int | None = None) -> str
     sys.path.insert(0, "tests")
     from hopper_compile import SM90, _ptxas_report
 
-    parts = parts or dq_parts(head_dim)
+    parts = 2 if dq_mode == 2 else parts or dq_parts(head_dim)
     x = torch.empty(1, 2, 4096, head_dim, dtype=torch.float16)
     f32 = torch.empty(1, dtype=torch.float32)
     args = dict(q_desc=_hopper._descriptor(x, BLOCK_M), k_desc=_hopper._descriptor(x, HALF_N),
-                v_desc=_hopper._descriptor(x, HALF_N), do_desc=_hopper._descriptor(x, BLOCK_M), Lse=f32, Delta=f32,
+                v_desc=_hopper._descriptor(x, HALF_N), do_desc=_hopper._descriptor(x, BLOCK_M),
+                dq_desc=_dq_descriptor(torch.empty(1, 2, 4096, head_dim), head_dim // parts), Lse=f32, Delta=f32,
                 DQ=f32, DK=x, DV=x)
     signature = {name: native_specialize_impl(BaseBackend, value, False, True, True)[0] for name, value in args.items()}
     signature.update(N_Q="i32", N_K="i32", KV_HEADS="i32", GROUP="i32", qk_scale="fp32", sm_scale="fp32")
     constants = dict(BLOCK_M=BLOCK_M, HEAD_DIM=head_dim, STAGES=STAGES, CAUSAL=causal, DQ_PARTS=parts,
-                     num_warps=CONSUMER_WARPS)
+                     DQ_MODE=dq_mode, num_warps=CONSUMER_WARPS)
     signature.update({name: "constexpr" for name in constants})
     constexprs = {(_gluon_bwd.arg_names.index(name),): value for name, value in constants.items()}
     options = make_backend(SM90).parse_options(dict(num_warps=CONSUMER_WARPS, maxnreg=MAX_REGS))
@@ -258,9 +329,12 @@ def compile_report(head_dim: int, causal: bool, parts: int | None = None) -> str
                               options=options.__dict__)
     ptx = compiled.asm["ptx"]
     arch, info = _ptxas_report(ptx)
-    return (f"gluon bwd d{head_dim} causal={causal} dq_parts={parts}: {arch} shared={compiled.metadata.shared} "
+    return (f"gluon bwd d{head_dim} causal={causal} dq_mode={dq_mode} dq_parts={parts}: {arch} shared={compiled.metadata.shared} "
             f"wgmma={ptx.count('wgmma.mma_async')} setmaxnreg={ptx.count('setmaxnreg')} "
-            f"atom={ptx.count('red.global') + ptx.count('atom.global')} ({time.time() - start:.1f} s) | {info}")
+            f"atom={ptx.count('red.global') + ptx.count('atom.global')} tma_reduce={ptx.count('cp.reduce.async.bulk')} ({time.time() - start:.1f} s) | {info}")
+
+
+MODES = (0, 1, 2)  # dQ: 0 element-wise atomic adds, 1 TMA reduce per consumer, 2 one TMA reduce per 128 keys
 
 
 def check() -> None:
@@ -276,15 +350,16 @@ def check() -> None:
             q, k, v = make_inputs(*shape, torch.float16)
             out, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
             do = torch.randn_like(out)
-            grads = gluon_backward(do, q.detach(), k.detach(), v.detach(), out.detach(), lse, shape[-1] ** -0.5,
-                                   causal)
             ref = attention_reference(q, k, v, causal=causal, upcast=True)[0]
             low = attention_reference(q, k, v, causal=causal, upcast=False)[0]
             ref_grads = torch.autograd.grad(ref, (q, k, v), do.double())
             low_grads = torch.autograd.grad(low, (q, k, v), do)
-            for name, ours, lo, re_ in zip(("dq", "dk", "dv"), grads, low_grads, ref_grads):
-                assert_close_to_reference(name, ours, lo, re_)
-            print(f"ok {shape} causal={causal}", flush=True)
+            for mode in MODES:
+                grads = gluon_backward(do, q.detach(), k.detach(), v.detach(), out.detach(), lse,
+                                       shape[-1] ** -0.5, causal, dq_mode=mode)
+                for name, ours, lo, re_ in zip(("dq", "dk", "dv"), grads, low_grads, ref_grads):
+                    assert_close_to_reference(name, ours, lo, re_)
+                print(f"ok {shape} causal={causal} dq_mode={mode}", flush=True)
 
 
 def bench() -> None:
@@ -294,7 +369,11 @@ def bench() -> None:
 
     from kernels import flash_attention
 
-    print("head_dim,causal,seqlen,draft_tflops,portable_tflops,draft_over_portable", flush=True)
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    print("head_dim,causal,seqlen," + ",".join(f"mode{m}_tflops" for m in MODES)
+          + ",portable_tflops,cudnn_tflops,best_over_portable,best_over_cudnn", flush=True)
     for head_dim in (64, 128):
         for causal in (False, True):
             for n in (2048, 8192, 16384):
@@ -304,12 +383,19 @@ def bench() -> None:
                 out, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
                 do = torch.randn_like(out)
                 args = (do, q.detach(), k.detach(), v.detach(), out.detach(), lse, head_dim ** -0.5, causal)
-                draft = do_bench(lambda: gluon_backward(*args), warmup=10, rep=50, return_mode="median")
+                drafts = [do_bench(lambda: gluon_backward(*args, dq_mode=m), warmup=10, rep=50, return_mode="median")
+                          for m in MODES]
                 portable = do_bench(lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True),
                                     warmup=10, rep=50, return_mode="median")
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    ref_out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                    cudnn = do_bench(lambda: torch.autograd.grad(ref_out, (q, k, v), do, retain_graph=True),
+                                     warmup=10, rep=50, return_mode="median")
                 flop = 2.5 * 4 * shape[0] * shape[1] * n * n * head_dim / (2 if causal else 1)
-                print(f"{head_dim},{int(causal)},{n},{flop / draft / 1e9:.0f},{flop / portable / 1e9:.0f},"
-                      f"{portable / draft:.2f}", flush=True)
+                best = min(drafts)
+                print(f"{head_dim},{int(causal)},{n}," + ",".join(f"{flop / d / 1e9:.0f}" for d in drafts)
+                      + f",{flop / portable / 1e9:.0f},{flop / cudnn / 1e9:.0f},{portable / best:.2f},{cudnn / best:.2f}",
+                      flush=True)
 
 
 def main() -> int:
@@ -325,8 +411,8 @@ def main() -> int:
         return 0
     for head_dim in (64, 128):
         for causal in (False, True):
-            for parts in ((1,) if head_dim == 64 else (1, 2, 4)):
-                print(compile_report(head_dim, causal, parts), flush=True)
+            for mode in MODES:
+                print(compile_report(head_dim, causal, None, mode), flush=True)
     return 0
 
 
