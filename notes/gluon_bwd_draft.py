@@ -1,11 +1,13 @@
-"""A draft of the Hopper backward in Gluon (notes/perf.md, v12 Next 3 and v13 Next 3): compiled, not yet run.
+"""A draft of the Hopper backward in Gluon (notes/perf.md, v14): checked and timed on the H200, not yet in kernels/.
 
-    PYTHONPATH=. python3 notes/gluon_bwd_draft.py                 # compile for sm_90a here, print ptxas' report
-    PYTHONPATH=. python3 notes/gluon_bwd_draft.py --check         # on an sm_90 GPU: against the float64 reference
-    PYTHONPATH=. python3 notes/gluon_bwd_draft.py --bench         # on an sm_90 GPU: against the portable backward
+    PYTHONPATH=. python3 notes/gluon_bwd_draft.py                      # compile for sm_90a here, print ptxas' report
+    PYTHONPATH=. python3 notes/gluon_bwd_draft.py --check [--modes ..] # sm_90 GPU: against the float64 reference
+    PYTHONPATH=. python3 notes/gluon_bwd_draft.py --bench [--modes ..] # sm_90 GPU: against the portable backward, cuDNN
 
-Compiled here (notes/gluon_bwd_draft_compile.txt): d64 without spills, d128 with 96-224 bytes of spill
-stores at two dQ column blocks, which is the default (`dq_parts`).
+Compiled here: notes/gluon_bwd_draft_compile.txt (shared memory and spills per dQ mode and head dim).
+On the H200: notes/gluon_bwd_draft_check_h200.txt (every mode passes the tests' error rule on odd lengths,
+GQA, Nq != Nk, causal and not) and notes/gluon_bwd_draft_bench_v{1,2,3}_h200.csv (do_bench medians, fp16,
+the paper's shapes; a script's timing, not the pipeline's).
 
 Why: the one-pass backward in plain Triton (kernels/_hopper_bwd.py) sits at the 255-register cap with
 spills, because Triton keeps K and V in registers as the A operand of K Q^T and V dO^T, beside the dK and
@@ -16,14 +18,23 @@ dV accumulators, S, dP and the dQ tile. This draft places them as FlashAttention
   accumulators (64 x D float32) in registers, raised to 240 per thread by `setmaxnreg`;
 - one producer warp loads K and V once, then streams Q and dO tiles (64 query rows) of every query
   head of the group by TMA into a ring of `STAGES` slots, each released by both consumers;
-- dS^T goes through shared memory so that dQ_tile = dS K reads it transposed as the A operand, and
-  each consumer adds its 64-key share of dQ_tile into a float32 accumulator with relaxed atomic adds
-  (Gluon 3.6 has no TMA reduce call); the delta pre-pass of the portable backward zeroes it.
+- dS^T goes through shared memory so that dQ_tile = dS K reads it transposed as the A operand, and dQ
+  is accumulated in float32 (zeroed by the portable backward's delta pre-pass, converted after) in one
+  of five ways, `dq_mode`:
+  0. each consumer adds its 64 keys' share with relaxed element-wise atomic adds;
+  1. each consumer stages its share in shared memory and adds it by TMA (`_tma_reduce_add`: the
+     builder's async TMA reduce, which plain Triton's descriptor atomic_add lowers to and Gluon 3.6's
+     Python API does not name);
+  2. both consumers' dS^T tiles in shared memory (double-buffered, two mbarriers), each consumer sums
+     all 128 keys for half the columns, one TMA reduce per consumer and tile (FlashAttention-3's split);
+  3. mode 2 with fewer stalls (`_bwd_consumer_fused`): the next tile's lse and delta loaded during this
+     one, dK and dQ issued back to back and drained once, the mask only on tiles that reach an edge or
+     the diagonal, a three-slot ring;
+  4. mode 3 with dK and dV drained before dQ starts (fewer live registers).
 
-Not here yet: causal skipping of the key blocks' fully masked query tiles by the second consumer
-(both consumers start at the block's first visible tile and mask), the lse/delta loads by TMA, and
-longest-first scheduling. If the check passes, the next step is its speed against kernels/_hopper_bwd.py
-and the portable backward on the `hopper` grid, then moving it into kernels/.
+Not here yet: skipping the query tiles the second consumer cannot see (both consumers start at the
+block's first visible tile), lse/delta by TMA, longest-first scheduling, and a d128 variant of modes 3-4
+without their extra spills.
 """
 from __future__ import annotations
 
@@ -205,9 +216,121 @@ def _bwd_consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, rea
 
 
 @gluon.jit
+def _bwd_consumer_fused(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full, ds_empty,
+                        dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m, qk_scale,
+                        sm_scale, WHICH: gl.constexpr, HALF_N: gl.constexpr, BLOCK_M: gl.constexpr,
+                        HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, DRAIN_DK: gl.constexpr,
+                        num_warps: gl.constexpr):
+    """dQ modes 3 and 4 (DRAIN_DK): mode 2's dQ (both consumers' dS^T, half the columns each, one TMA reduce per tile) with
+    fewer stalls: the next tile's lse and delta loaded while this tile computes, dK and dQ issued back
+    to back and drained once (mode 4: dK and dV drained first, fewer live registers), and the mask applied only to tiles that reach past an edge or the diagonal."""
+    dtype: gl.constexpr = q_smem.dtype
+    st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                        instr_shape=[16, BLOCK_M, 16])
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                         instr_shape=[16, HEAD_DIM, 16])
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    key_layout: gl.constexpr = gl.SliceLayout(1, st_layout)
+    query_layout: gl.constexpr = gl.SliceLayout(0, st_layout)
+    DQ_COLS: gl.constexpr = HEAD_DIM // 2
+    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                        instr_shape=[16, DQ_COLS, 16])
+    k_tile = k_smem.index(WHICH)
+    v_tile = v_smem.index(WHICH)
+    first_key = key0 + WHICH * HALF_N
+    keys = first_key + gl.arange(0, HALF_N, layout=key_layout)
+    tile_queries = gl.arange(0, BLOCK_M, layout=query_layout)
+    causal_offset = N_K - N_Q
+    st_zero = gl.zeros([HALF_N, BLOCK_M], gl.float32, st_layout)
+    dq_zero = gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout)
+    dk = gl.zeros([HALF_N, HEAD_DIM], gl.float32, acc_layout)
+    dv = gl.zeros([HALF_N, HEAD_DIM], gl.float32, acc_layout)
+    n_t = GROUP * n_m
+    # lse and delta of a tile travel in a compact layout (a value a thread) and take the scores' layout at use
+    compact: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+    compact_queries = gl.arange(0, BLOCK_M, layout=compact)
+    first = m_start * BLOCK_M + compact_queries
+    lse_next = gl.load(Lse + (q_head0 * N_Q + first).to(gl.int64), mask=first < N_Q, other=0.0)
+    delta_next = gl.load(Delta + (q_head0 * N_Q + first).to(gl.int64), mask=first < N_Q, other=0.0)
+    mbarrier.wait(kv_bar, 0)
+    for t in range(n_t):
+        slot = t % STAGES
+        phase = (t // STAGES) & 1
+        head = q_head0 + t // n_m
+        q0 = (m_start + t % n_m) * BLOCK_M
+        queries = q0 + tile_queries
+        lse = gl.convert_layout(lse_next, query_layout) * _LOG2E
+        delta = gl.convert_layout(delta_next, query_layout)
+        # the next tile's lse and delta, in flight while this tile computes
+        t_next = t + 1
+        queries_next = (m_start + t_next % n_m) * BLOCK_M + compact_queries
+        rows_next = ((q_head0 + t_next // n_m) * N_Q + queries_next).to(gl.int64)
+        ok_next = (queries_next < N_Q) & (t_next < n_t)
+        lse_next = gl.load(Lse + rows_next, mask=ok_next, other=0.0)
+        delta_next = gl.load(Delta + rows_next, mask=ok_next, other=0.0)
+        mbarrier.wait(ready.index(slot), phase)
+        q_tile = q_smem.index(slot)
+        do_tile = do_smem.index(slot)
+        st = warpgroup_mma(k_tile, q_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+        dpt = warpgroup_mma(v_tile, do_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+        st = warpgroup_mma_wait(1, deps=[st])
+        pt = gl.exp2(st * qk_scale - gl.expand_dims(lse, 0))
+        needs_mask = (q0 + BLOCK_M > N_Q) | (first_key + HALF_N > N_K)
+        if CAUSAL:
+            needs_mask = needs_mask | (q0 + causal_offset < first_key + HALF_N - 1)
+        if needs_mask:
+            visible = gl.expand_dims(keys < N_K, 1) & gl.expand_dims(queries < N_Q, 0)
+            if CAUSAL:
+                visible = visible & (gl.expand_dims(keys, 1) <= gl.expand_dims(queries, 0) + causal_offset)
+            pt = gl.where(visible, pt, 0.0)
+        pt_op = gl.convert_layout(pt.to(dtype), a_layout)
+        dv = warpgroup_mma(pt_op, do_tile, dv, is_async=True)  # dV += P^T dO
+        dpt = warpgroup_mma_wait(1, deps=[dpt])
+        dst = (pt * (dpt - gl.expand_dims(delta, 0))).to(dtype)
+        buf = t % 2
+        mbarrier.wait(ds_empty.index(buf), ((t // 2) & 1) ^ 1)  # the other consumer has read tile t - 2's
+        ds_smem.index(buf * 2 + WHICH).store(dst)
+        fence_async_shared()
+        gl.thread_barrier()
+        mbarrier.arrive(ds_full.index(buf), count=1)
+        dst_op = gl.convert_layout(dst, a_layout)
+        dk = warpgroup_mma(dst_op, q_tile, dk, is_async=True)  # dK += dS^T Q
+        if DRAIN_DK:  # fewer live registers: dK and dV finish before dQ starts
+            dv, dk = warpgroup_mma_wait(0, deps=[dv, dk])
+        mbarrier.wait(ds_full.index(buf), (t // 2) & 1)
+        dq = warpgroup_mma(ds_smem.index(buf * 2).permute((1, 0)),
+                           k_smem.index(0).slice(WHICH * DQ_COLS, DQ_COLS, dim=1), dq_zero,
+                           use_acc=False, is_async=True)
+        dq = warpgroup_mma(ds_smem.index(buf * 2 + 1).permute((1, 0)),
+                           k_smem.index(1).slice(WHICH * DQ_COLS, DQ_COLS, dim=1), dq, is_async=True)
+        if DRAIN_DK:
+            dq = warpgroup_mma_wait(0, deps=[dq])
+        else:
+            dv, dk, dq = warpgroup_mma_wait(0, deps=[dv, dk, dq])
+        mbarrier.arrive(empty.index(slot), count=1)
+        mbarrier.arrive(ds_empty.index(buf), count=1)
+        tma.store_wait(0)  # the last tile's reduce has read the staging tile
+        gl.thread_barrier()
+        dq_smem.index(WHICH).store(dq * sm_scale)
+        fence_async_shared()
+        gl.thread_barrier()
+        _tma_reduce_add(dq_desc, [head * N_Q + q0, WHICH * DQ_COLS], dq_smem.index(WHICH))
+
+    out_rows = gl.arange(0, HALF_N, layout=gl.SliceLayout(1, acc_layout))
+    out_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
+    offsets = ((kv_row + WHICH * HALF_N + gl.expand_dims(out_rows, 1)).to(gl.int64) * HEAD_DIM
+               + gl.expand_dims(out_cols, 0))
+    in_keys = gl.expand_dims(first_key + out_rows < N_K, 1) & gl.expand_dims(out_cols < HEAD_DIM, 0)
+    gl.store(DK + offsets, (dk * sm_scale).to(dtype), mask=in_keys)
+    gl.store(DV + offsets, dv.to(dtype), mask=in_keys)
+    tma.store_wait(0)
+
+
+@gluon.jit
 def _gluon_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, DQ, DK, DV, N_Q, N_K, KV_HEADS, GROUP,
                qk_scale, sm_scale, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-               CAUSAL: gl.constexpr, DQ_PARTS: gl.constexpr, DQ_MODE: gl.constexpr, num_warps: gl.constexpr):
+               CAUSAL: gl.constexpr, DQ_PARTS: gl.constexpr, DQ_MODE: gl.constexpr, DQ_TILES: gl.constexpr,
+               num_warps: gl.constexpr):
     """A program: 2 x HALF_N keys of one (batch, kv head); warps: consumer 0 (the default partition),
     consumer 1 and the producer."""
     HALF: gl.constexpr = k_desc.block_type.shape[0]
@@ -230,7 +353,7 @@ def _gluon_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, DQ, DK, DV,
     ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HALF, BLOCK_M], dtype)
     ds_smem = gl.allocate_shared_memory(dtype, [4, HALF, BLOCK_M], ds_layout)  # 2 buffers x 2 consumers
     DQ_COLS: gl.constexpr = HEAD_DIM // DQ_PARTS
-    dq_smem = gl.allocate_shared_memory(gl.float32, [2 * DQ_PARTS, BLOCK_M, DQ_COLS], dq_desc.layout)
+    dq_smem = gl.allocate_shared_memory(gl.float32, [DQ_TILES, BLOCK_M, DQ_COLS], dq_desc.layout)
     ds_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     ds_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -244,21 +367,36 @@ def _gluon_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, DQ, DK, DV,
         mbarrier.init(ds_full.index(i), count=2)
         mbarrier.init(ds_empty.index(i), count=2)
 
-    gl.warp_specialize([
-        (_bwd_consumer, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full, ds_empty,
-                         dq_desc, Lse, Delta, DQ, DK, DV,
-                         key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m, qk_scale, sm_scale, 0, HALF,
-                         BLOCK_M, HEAD_DIM, STAGES, CAUSAL, DQ_PARTS, DQ_MODE, num_warps)),
-        (_bwd_consumer, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full, ds_empty,
-                         dq_desc, Lse, Delta, DQ, DK, DV,
-                         key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m, qk_scale, sm_scale, 1, HALF,
-                         BLOCK_M, HEAD_DIM, STAGES, CAUSAL, DQ_PARTS, DQ_MODE, num_warps)),
-        (_bwd_producer, (q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
-                         kv_row, q_head0, GROUP, N_Q, m_start, n_m, BLOCK_M, STAGES)),
-    ], [_CONSUMER_WARPS, 1], [_CONSUMER_REGS, _PRODUCER_REGS])
+    if DQ_MODE >= 3:
+        gl.warp_specialize([
+            (_bwd_consumer_fused, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full,
+                                   ds_empty, dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K,
+                                   m_start, n_m, qk_scale, sm_scale, 0, HALF, BLOCK_M, HEAD_DIM, STAGES, CAUSAL,
+                                   DQ_MODE == 4, num_warps)),
+            (_bwd_consumer_fused, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full,
+                                   ds_empty, dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K,
+                                   m_start, n_m, qk_scale, sm_scale, 1, HALF, BLOCK_M, HEAD_DIM, STAGES, CAUSAL,
+                                   DQ_MODE == 4, num_warps)),
+            (_bwd_producer, (q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
+                             kv_row, q_head0, GROUP, N_Q, m_start, n_m, BLOCK_M, STAGES)),
+        ], [_CONSUMER_WARPS, 1], [_CONSUMER_REGS, _PRODUCER_REGS])
+    else:
+        gl.warp_specialize([
+            (_bwd_consumer, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full, ds_empty,
+                             dq_desc, Lse, Delta, DQ, DK, DV,
+                             key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m, qk_scale, sm_scale, 0, HALF,
+                             BLOCK_M, HEAD_DIM, STAGES, CAUSAL, DQ_PARTS, DQ_MODE, num_warps)),
+            (_bwd_consumer, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full, ds_empty,
+                             dq_desc, Lse, Delta, DQ, DK, DV,
+                             key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m, qk_scale, sm_scale, 1, HALF,
+                             BLOCK_M, HEAD_DIM, STAGES, CAUSAL, DQ_PARTS, DQ_MODE, num_warps)),
+            (_bwd_producer, (q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
+                             kv_row, q_head0, GROUP, N_Q, m_start, n_m, BLOCK_M, STAGES)),
+        ], [_CONSUMER_WARPS, 1], [_CONSUMER_REGS, _PRODUCER_REGS])
 
 
-def gluon_backward(do, q, k, v, out, lse, softmax_scale: float, causal: bool, dq_mode: int = 2):
+def gluon_backward(do, q, k, v, out, lse, softmax_scale: float, causal: bool, dq_mode: int = 3,
+                   stages: int | None = None):
     """dq, dk, dv (q, k, v dense (B, H, N, D) fp16/bf16 at head dim 64 or 128, as the Hopper forward takes)."""
     from kernels._backward import _attn_bwd_delta
     from kernels._forward import strides
@@ -273,13 +411,14 @@ def gluon_backward(do, q, k, v, out, lse, softmax_scale: float, causal: bool, dq
         out, do, delta, dq_acc, *strides(out, False), *strides(do, False), heads, n_q, delta, 0,
         HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=64, VARLEN=False, ZERO_DQ=True)
     grid = (triton.cdiv(n_k, BLOCK_N), batch * kv_heads)
-    parts = 2 if dq_mode == 2 else dq_parts(head_dim)
+    parts = 2 if dq_mode >= 2 else dq_parts(head_dim)
     _gluon_bwd[grid](_hopper._descriptor(q, BLOCK_M), _hopper._descriptor(k, HALF_N), _hopper._descriptor(v, HALF_N),
                      _hopper._descriptor(do, BLOCK_M), _dq_descriptor(dq_acc, head_dim // parts), lse.contiguous(),
                      delta, dq_acc, dk, dv, n_q, n_k, kv_heads,
                      heads // kv_heads, softmax_scale * _hopper.LOG2E, softmax_scale,
-                     BLOCK_M=BLOCK_M, HEAD_DIM=head_dim, STAGES=STAGES, CAUSAL=bool(causal),
-                     DQ_PARTS=parts, DQ_MODE=dq_mode, num_warps=CONSUMER_WARPS, maxnreg=MAX_REGS)
+                     BLOCK_M=BLOCK_M, HEAD_DIM=head_dim, STAGES=stages or default_stages(head_dim, dq_mode),
+                     CAUSAL=bool(causal), DQ_PARTS=parts, DQ_MODE=dq_mode, DQ_TILES=dq_tiles(dq_mode, parts),
+                     num_warps=CONSUMER_WARPS, maxnreg=MAX_REGS)
     return dq_acc.to(q.dtype), dk, dv
 
 
@@ -292,6 +431,17 @@ def _dq_descriptor(dq_acc: torch.Tensor, cols: int):
     b, h, n, d = dq_acc.shape
     layout = gl.NVMMASharedLayout.get_default_for([BLOCK_M, cols], gl.float32)
     return TensorDescriptor(dq_acc, [b * h * n, d], [d, 1], [BLOCK_M, cols], layout)
+
+
+def dq_tiles(dq_mode: int, parts: int) -> int:
+    """float32 dQ staging tiles in shared memory: one per consumer in mode 3, one per consumer and column block
+    before it."""
+    return 2 if dq_mode >= 3 else 2 * parts
+
+
+def default_stages(head_dim: int, dq_mode: int) -> int:
+    """Slots of the Q/dO ring: three where shared memory has room (mode 3 stages half the dQ tiles of mode 2)."""
+    return 3 if dq_mode >= 3 or head_dim == 64 else 2
 
 
 def dq_parts(head_dim: int) -> int:
@@ -310,7 +460,7 @@ def compile_report(head_dim: int, causal: bool, parts: int | None = None, dq_mod
     sys.path.insert(0, "tests")
     from hopper_compile import SM90, _ptxas_report
 
-    parts = 2 if dq_mode == 2 else parts or dq_parts(head_dim)
+    parts = 2 if dq_mode >= 2 else parts or dq_parts(head_dim)
     x = torch.empty(1, 2, 4096, head_dim, dtype=torch.float16)
     f32 = torch.empty(1, dtype=torch.float32)
     args = dict(q_desc=_hopper._descriptor(x, BLOCK_M), k_desc=_hopper._descriptor(x, HALF_N),
@@ -319,8 +469,8 @@ def compile_report(head_dim: int, causal: bool, parts: int | None = None, dq_mod
                 DQ=f32, DK=x, DV=x)
     signature = {name: native_specialize_impl(BaseBackend, value, False, True, True)[0] for name, value in args.items()}
     signature.update(N_Q="i32", N_K="i32", KV_HEADS="i32", GROUP="i32", qk_scale="fp32", sm_scale="fp32")
-    constants = dict(BLOCK_M=BLOCK_M, HEAD_DIM=head_dim, STAGES=STAGES, CAUSAL=causal, DQ_PARTS=parts,
-                     DQ_MODE=dq_mode, num_warps=CONSUMER_WARPS)
+    constants = dict(BLOCK_M=BLOCK_M, HEAD_DIM=head_dim, STAGES=default_stages(head_dim, dq_mode), CAUSAL=causal,
+                     DQ_PARTS=parts, DQ_MODE=dq_mode, DQ_TILES=dq_tiles(dq_mode, parts), num_warps=CONSUMER_WARPS)
     signature.update({name: "constexpr" for name in constants})
     constexprs = {(_gluon_bwd.arg_names.index(name),): value for name, value in constants.items()}
     options = make_backend(SM90).parse_options(dict(num_warps=CONSUMER_WARPS, maxnreg=MAX_REGS))
@@ -334,7 +484,8 @@ def compile_report(head_dim: int, causal: bool, parts: int | None = None, dq_mod
             f"atom={ptx.count('red.global') + ptx.count('atom.global')} tma_reduce={ptx.count('cp.reduce.async.bulk')} ({time.time() - start:.1f} s) | {info}")
 
 
-MODES = (0, 1, 2)  # dQ: 0 element-wise atomic adds, 1 TMA reduce per consumer, 2 one TMA reduce per 128 keys
+MODES = (0, 1, 2, 3, 4)  # dQ: 0 element-wise atomic adds, 1 TMA reduce per consumer, 2 one TMA reduce per 128
+#                        keys, 3 and 4 mode 2 with fewer stalls (_bwd_consumer_fused; 4 drains dK, dV before dQ)
 
 
 def check() -> None:
@@ -399,10 +550,13 @@ def bench() -> None:
 
 
 def main() -> int:
+    global MODES
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="run on an sm_90 GPU against the reference")
     parser.add_argument("--bench", action="store_true", help="time it against the portable backward (sm_90 GPU)")
+    parser.add_argument("--modes", default=",".join(map(str, MODES)), help="dQ modes to check and time, e.g. 2,3,4")
     parsed = parser.parse_args()
+    MODES = tuple(int(m) for m in parsed.modes.split(","))
     if parsed.check or parsed.bench:
         if parsed.check:
             check()
