@@ -28,8 +28,8 @@ dV accumulators, S, dP and the dQ tile. This draft places them as FlashAttention
   2. both consumers' dS^T tiles in shared memory (double-buffered, two mbarriers), each consumer sums
      all 128 keys for half the columns, one TMA reduce per consumer and tile (FlashAttention-3's split);
   3. mode 2 with fewer stalls (`_bwd_consumer_fused`): the next tile's lse and delta loaded during this
-     one, dK and dQ issued back to back and drained once, the mask only on tiles that reach an edge or
-     the diagonal, a three-slot ring;
+     one, dK and dQ issued back to back and drained once, a three-slot ring, and at d64 the mask only
+     on tiles that reach an edge or the diagonal (at d128 that branch costs more spills than it saves);
   4. mode 3 with dK and dV drained before dQ starts (fewer live registers).
 
 Not here yet: skipping the query tiles the second consumer cannot see (both consumers start at the
@@ -220,7 +220,7 @@ def _bwd_consumer_fused(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_ba
                         dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m, qk_scale,
                         sm_scale, WHICH: gl.constexpr, HALF_N: gl.constexpr, BLOCK_M: gl.constexpr,
                         HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, DRAIN_DK: gl.constexpr,
-                        num_warps: gl.constexpr):
+                        SKIP_MASK: gl.constexpr, num_warps: gl.constexpr):
     """dQ modes 3 and 4 (DRAIN_DK): mode 2's dQ (both consumers' dS^T, half the columns each, one TMA reduce per tile) with
     fewer stalls: the next tile's lse and delta loaded while this tile computes, dK and dQ issued back
     to back and drained once (mode 4: dK and dV drained first, fewer live registers), and the mask applied only to tiles that reach past an edge or the diagonal."""
@@ -275,10 +275,16 @@ def _bwd_consumer_fused(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_ba
         dpt = warpgroup_mma(v_tile, do_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
         st = warpgroup_mma_wait(1, deps=[st])
         pt = gl.exp2(st * qk_scale - gl.expand_dims(lse, 0))
-        needs_mask = (q0 + BLOCK_M > N_Q) | (first_key + HALF_N > N_K)
-        if CAUSAL:
-            needs_mask = needs_mask | (q0 + causal_offset < first_key + HALF_N - 1)
-        if needs_mask:
+        if SKIP_MASK:  # a runtime branch: at d128 it costs more spills than the mask it saves
+            needs_mask = (q0 + BLOCK_M > N_Q) | (first_key + HALF_N > N_K)
+            if CAUSAL:
+                needs_mask = needs_mask | (q0 + causal_offset < first_key + HALF_N - 1)
+            if needs_mask:
+                visible = gl.expand_dims(keys < N_K, 1) & gl.expand_dims(queries < N_Q, 0)
+                if CAUSAL:
+                    visible = visible & (gl.expand_dims(keys, 1) <= gl.expand_dims(queries, 0) + causal_offset)
+                pt = gl.where(visible, pt, 0.0)
+        else:
             visible = gl.expand_dims(keys < N_K, 1) & gl.expand_dims(queries < N_Q, 0)
             if CAUSAL:
                 visible = visible & (gl.expand_dims(keys, 1) <= gl.expand_dims(queries, 0) + causal_offset)
@@ -372,11 +378,11 @@ def _gluon_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, DQ, DK, DV,
             (_bwd_consumer_fused, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full,
                                    ds_empty, dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K,
                                    m_start, n_m, qk_scale, sm_scale, 0, HALF, BLOCK_M, HEAD_DIM, STAGES, CAUSAL,
-                                   DQ_MODE == 4, num_warps)),
+                                   DQ_MODE == 4, HEAD_DIM == 64, num_warps)),
             (_bwd_consumer_fused, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full,
                                    ds_empty, dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K,
                                    m_start, n_m, qk_scale, sm_scale, 1, HALF, BLOCK_M, HEAD_DIM, STAGES, CAUSAL,
-                                   DQ_MODE == 4, num_warps)),
+                                   DQ_MODE == 4, HEAD_DIM == 64, num_warps)),
             (_bwd_producer, (q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
                              kv_row, q_head0, GROUP, N_Q, m_start, n_m, BLOCK_M, STAGES)),
         ], [_CONSUMER_WARPS, 1], [_CONSUMER_REGS, _PRODUCER_REGS])
