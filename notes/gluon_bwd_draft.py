@@ -97,6 +97,30 @@ def _bwd_producer(q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_sm
 
 
 @gluon.jit
+def _visible(keys, queries, N_Q, N_K, causal_offset, CAUSAL: gl.constexpr):
+    """(keys, queries) mask of the score entries a tile keeps: inside both sequences and, causal, on or
+    below the bottom-right diagonal."""
+    visible = gl.expand_dims(keys < N_K, 1) & gl.expand_dims(queries < N_Q, 0)
+    if CAUSAL:
+        visible = visible & (gl.expand_dims(keys, 1) <= gl.expand_dims(queries, 0) + causal_offset)
+    return visible
+
+
+@gluon.jit
+def _store_dk_dv(DK, DV, dk, dv, kv_row, first_key, N_K, sm_scale, acc_layout: gl.constexpr,
+                 HALF_N: gl.constexpr, HEAD_DIM: gl.constexpr, WHICH: gl.constexpr):
+    """A consumer's epilogue: its HALF_N rows of dK (scaled) and dV, for the keys inside the sequence."""
+    dtype: gl.constexpr = DK.dtype.element_ty
+    out_rows = gl.arange(0, HALF_N, layout=gl.SliceLayout(1, acc_layout))
+    out_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
+    offsets = ((kv_row + WHICH * HALF_N + gl.expand_dims(out_rows, 1)).to(gl.int64) * HEAD_DIM
+               + gl.expand_dims(out_cols, 0))
+    in_keys = gl.expand_dims(first_key + out_rows < N_K, 1) & gl.expand_dims(out_cols < HEAD_DIM, 0)
+    gl.store(DK + offsets, (dk * sm_scale).to(dtype), mask=in_keys)
+    gl.store(DV + offsets, dv.to(dtype), mask=in_keys)
+
+
+@gluon.jit
 def _bwd_consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full, ds_empty,
                   dq_desc, Lse, Delta, DQ, DK, DV,
                   key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m, qk_scale, sm_scale, WHICH: gl.constexpr,
@@ -145,9 +169,7 @@ def _bwd_consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, rea
         st = warpgroup_mma(k_tile, q_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
         dpt = warpgroup_mma(v_tile, do_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
         st = warpgroup_mma_wait(1, deps=[st])
-        visible = gl.expand_dims(keys < N_K, 1) & gl.expand_dims(in_q, 0)
-        if CAUSAL:
-            visible = visible & (gl.expand_dims(keys, 1) <= gl.expand_dims(queries, 0) + causal_offset)
+        visible = _visible(keys, queries, N_Q, N_K, causal_offset, CAUSAL)
         pt = gl.where(visible, gl.exp2(st * qk_scale - gl.expand_dims(lse, 0)), 0.0)
         pt_op = gl.convert_layout(pt.to(dtype), a_layout)
         dv = warpgroup_mma(pt_op, do_tile, dv, is_async=True)  # dV += P^T dO
@@ -204,13 +226,7 @@ def _bwd_consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, rea
             gl.thread_barrier()
             _tma_reduce_add(dq_desc, [head * N_Q + q0, WHICH * DQ_COLS], dq_smem.index(WHICH * DQ_PARTS))
 
-    out_rows = gl.arange(0, HALF_N, layout=gl.SliceLayout(1, acc_layout))
-    out_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
-    offsets = ((kv_row + WHICH * HALF_N + gl.expand_dims(out_rows, 1)).to(gl.int64) * HEAD_DIM
-               + gl.expand_dims(out_cols, 0))
-    in_keys = gl.expand_dims(first_key + out_rows < N_K, 1) & gl.expand_dims(out_cols < HEAD_DIM, 0)
-    gl.store(DK + offsets, (dk * sm_scale).to(dtype), mask=in_keys)
-    gl.store(DV + offsets, dv.to(dtype), mask=in_keys)
+    _store_dk_dv(DK, DV, dk, dv, kv_row, first_key, N_K, sm_scale, acc_layout, HALF_N, HEAD_DIM, WHICH)
     if DQ_MODE != 0:
         tma.store_wait(0)
 
@@ -221,9 +237,10 @@ def _bwd_consumer_fused(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_ba
                         sm_scale, WHICH: gl.constexpr, HALF_N: gl.constexpr, BLOCK_M: gl.constexpr,
                         HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, DRAIN_DK: gl.constexpr,
                         SKIP_MASK: gl.constexpr, num_warps: gl.constexpr):
-    """dQ modes 3 and 4 (DRAIN_DK): mode 2's dQ (both consumers' dS^T, half the columns each, one TMA reduce per tile) with
-    fewer stalls: the next tile's lse and delta loaded while this tile computes, dK and dQ issued back
-    to back and drained once (mode 4: dK and dV drained first, fewer live registers), and the mask applied only to tiles that reach past an edge or the diagonal."""
+    """dQ modes 3 and 4 (DRAIN_DK): mode 2's dQ (both consumers' dS^T, half the columns each, one TMA
+    reduce per tile) with fewer stalls: the next tile's lse and delta loaded while this tile computes,
+    dK and dQ issued back to back and drained once (mode 4: dK and dV drained first, fewer live
+    registers), and with SKIP_MASK the mask only on tiles that reach past an edge or the diagonal."""
     dtype: gl.constexpr = q_smem.dtype
     st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                         instr_shape=[16, BLOCK_M, 16])
@@ -280,15 +297,9 @@ def _bwd_consumer_fused(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_ba
             if CAUSAL:
                 needs_mask = needs_mask | (q0 + causal_offset < first_key + HALF_N - 1)
             if needs_mask:
-                visible = gl.expand_dims(keys < N_K, 1) & gl.expand_dims(queries < N_Q, 0)
-                if CAUSAL:
-                    visible = visible & (gl.expand_dims(keys, 1) <= gl.expand_dims(queries, 0) + causal_offset)
-                pt = gl.where(visible, pt, 0.0)
+                pt = gl.where(_visible(keys, queries, N_Q, N_K, causal_offset, CAUSAL), pt, 0.0)
         else:
-            visible = gl.expand_dims(keys < N_K, 1) & gl.expand_dims(queries < N_Q, 0)
-            if CAUSAL:
-                visible = visible & (gl.expand_dims(keys, 1) <= gl.expand_dims(queries, 0) + causal_offset)
-            pt = gl.where(visible, pt, 0.0)
+            pt = gl.where(_visible(keys, queries, N_Q, N_K, causal_offset, CAUSAL), pt, 0.0)
         pt_op = gl.convert_layout(pt.to(dtype), a_layout)
         dv = warpgroup_mma(pt_op, do_tile, dv, is_async=True)  # dV += P^T dO
         dpt = warpgroup_mma_wait(1, deps=[dpt])
@@ -322,13 +333,7 @@ def _bwd_consumer_fused(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_ba
         gl.thread_barrier()
         _tma_reduce_add(dq_desc, [head * N_Q + q0, WHICH * DQ_COLS], dq_smem.index(WHICH))
 
-    out_rows = gl.arange(0, HALF_N, layout=gl.SliceLayout(1, acc_layout))
-    out_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
-    offsets = ((kv_row + WHICH * HALF_N + gl.expand_dims(out_rows, 1)).to(gl.int64) * HEAD_DIM
-               + gl.expand_dims(out_cols, 0))
-    in_keys = gl.expand_dims(first_key + out_rows < N_K, 1) & gl.expand_dims(out_cols < HEAD_DIM, 0)
-    gl.store(DK + offsets, (dk * sm_scale).to(dtype), mask=in_keys)
-    gl.store(DV + offsets, dv.to(dtype), mask=in_keys)
+    _store_dk_dv(DK, DV, dk, dv, kv_row, first_key, N_K, sm_scale, acc_layout, HALF_N, HEAD_DIM, WHICH)
     tma.store_wait(0)
 
 
