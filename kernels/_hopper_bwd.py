@@ -47,7 +47,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from kernels import _hopper
 from kernels._backward import _attn_bwd_delta
 from kernels._forward import strides
-from kernels._launch import launch_kernel
+from kernels._launch import launch_kernel, launch_keyed, row_descriptor
 
 HALF_N = 64  # keys of one consumer warpgroup; a program holds two
 BLOCK_N = 2 * HALF_N
@@ -405,9 +405,13 @@ def hopper_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
                     stages: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv of attention(q, k, v) given the output, its log-sum-exp and d_out (callers check
     `hopper_unsupported` first; do and out may have any strides: they are made contiguous here).
-    `schedule` ("plain" or "fused") and `stages` override SCHEDULES (for the tests and probes)."""
+    `schedule` ("plain" or "fused") and `stages` override SCHEDULES (for the tests and probes). Both
+    kernels launch as the Hopper forward does: through Triton's JIT on a shape's first call, then
+    directly (`kernels._launch`)."""
     batch, heads, n_q, head_dim = q.shape
     do, out = do.contiguous(), out.contiguous()
+    if do.data_ptr() % 16:  # TMA reads from 16-byte aligned addresses only
+        do = do.clone()
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     delta = torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32)
     dq_acc = torch.empty((batch, heads, n_q, head_dim), device=q.device, dtype=torch.float32)
@@ -415,8 +419,22 @@ def hopper_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     launch_kernel(_attn_bwd_delta, (triton.cdiv(n_q, delta_block) * batch * heads,),
                   out, do, delta, dq_acc, *strides(out, False), *strides(do, False), heads, n_q, delta, 0,
                   HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=delta_block, VARLEN=False, ZERO_DQ=True)
-    args, constants = kernel_args(q, k, v, do, dq_acc, lse.contiguous(), delta, dk, dv, softmax_scale, causal,
-                                  schedule, stages)
+    lse = lse.contiguous()
+    default_schedule, default_stages = SCHEDULES[head_dim]
+    schedule, stages = schedule or default_schedule, stages or default_stages
     grid = (triton.cdiv(k.shape[2], BLOCK_N), batch * k.shape[1])
-    _hopper_bwd[grid](*args, **constants, maxnreg=MAX_REGS)
+
+    def jit_launch():
+        args, constants = kernel_args(q, k, v, do, dq_acc, lse, delta, dk, dv, softmax_scale, causal, schedule,
+                                      stages)
+        return _hopper_bwd[grid](*args, **constants, maxnreg=MAX_REGS)
+
+    def direct_args():
+        return (row_descriptor(q), row_descriptor(k), row_descriptor(v), row_descriptor(do), row_descriptor(dq_acc),
+                lse, delta, dk, dv, n_q, k.shape[2], k.shape[1], heads // k.shape[1], softmax_scale * _hopper.LOG2E,
+                softmax_scale, BLOCK_M, head_dim, stages, bool(causal), schedule == "fused", CONSUMER_WARPS)
+
+    # lse is the only input allocated outside: its alignment is part of the specialisation
+    launch_keyed(("hopper_bwd", q.dtype, tuple(q.shape), tuple(k.shape), schedule, stages, bool(causal),
+                  lse.data_ptr() % 16 == 0), grid, direct_args, jit_launch)
     return dq_acc.to(q.dtype), dk, dv
