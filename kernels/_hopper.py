@@ -79,11 +79,18 @@ def _capability(device_index: int) -> tuple[int, int]:
 
 
 def _rows_flatten(t: torch.Tensor) -> bool:
-    """True if the (B, H, N, D) tensor is one (B*H*N, D) matrix that TMA can address."""
+    """True if the (B, H, N, D) tensor is one (B*H*N, D) matrix that TMA can address. Under
+    torch.compile an address is not known while tracing: the alignment is left to `aligned`."""
     b, h, n, d = t.shape
     sb, sh, sn, sd = t.stride()
     return (sd == 1 and sn == d and (sh == n * d or h == 1) and (sb == h * n * d or b == 1)
-            and t.data_ptr() % 16 == 0)
+            and (torch.compiler.is_compiling() or t.data_ptr() % 16 == 0))
+
+
+def aligned(t: torch.Tensor) -> torch.Tensor:
+    """t, or a copy of it where its address is not 16-byte aligned (TMA reads aligned addresses only;
+    eager calls never reach here with one, compiled graphs may)."""
+    return t if t.data_ptr() % 16 == 0 else t.clone()
 
 
 @gluon.jit
@@ -296,6 +303,7 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_sc
     (`kernels._launch.launch_keyed`: the key holds the dtype, both shapes and every constant)."""
     batch, heads, n_q, head_dim = q.shape
     kv_heads, n_k = k.shape[1], k.shape[2]
+    q, k, v = aligned(q), aligned(k), aligned(v)
     default_n, default_stages = default_config(head_dim)
     block_n, stages = block_n or default_n, stages or default_stages
     out = torch.empty((batch, heads, n_q, head_dim), device=q.device, dtype=q.dtype)

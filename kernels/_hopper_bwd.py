@@ -409,9 +409,8 @@ def hopper_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     kernels launch as the Hopper forward does: through Triton's JIT on a shape's first call, then
     directly (`kernels._launch`)."""
     batch, heads, n_q, head_dim = q.shape
-    do, out = do.contiguous(), out.contiguous()
-    if do.data_ptr() % 16:  # TMA reads from 16-byte aligned addresses only
-        do = do.clone()
+    do, out = _hopper.aligned(do.contiguous()), out.contiguous()  # TMA reads 16-byte aligned addresses only
+    q, k, v = _hopper.aligned(q), _hopper.aligned(k), _hopper.aligned(v)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     delta = torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32)
     dq_acc = torch.empty((batch, heads, n_q, head_dim), device=q.device, dtype=torch.float32)
