@@ -1,0 +1,57 @@
+"""The v15 numbers of notes/perf.md: the Gluon backward in the `hopper` ablation, from a partial grid.
+
+    .venv/bin/python notes/round15_summary.py > notes/round15_partial/summary.txt
+
+Reads notes/round15_partial/hopper.csv and training.csv: the pipeline's own rows at commit 8a451f2,
+copied from the grid's steps on the lent H200 (`bash notes/h200_measure.sh 8a451f2 sN <targets>`; the
+speed ablation was 60% measured when the session's device time ran out, so nothing here is in the
+archive yet). TFLOP/s are medians over the repetitions; a ratio is ours' median time over the peer's
+turned around (> 1: ours faster), both measured in the same process. `hb` counts repetitions that ran
+host-bound (the GPU waited for the host); `spread` is the largest (p80 - p20) / median of a cell's rows.
+"""
+from pathlib import Path
+
+import pandas as pd
+
+PARTIAL = Path(__file__).resolve().parent / "round15_partial"
+
+
+def main() -> None:
+    pd.set_option("display.width", 220)
+    rows = pd.read_csv(PARTIAL / "hopper.csv")
+    print("commits:", ", ".join(sorted(rows["commit"].astype(str).unique())), "| gpu:", rows["gpu"].iloc[0])
+    rows = rows[(rows["status"] == "ok") & rows["mode"].isin(["bwd", "fwd_bwd"])].copy()
+    rows["arm"] = rows["provider"].where(rows["provider"] != "ours", "ours:" + rows["variant"])
+    rows["spread"] = (rows["ms_p80"] - rows["ms_p20"]) / rows["ms"]
+    keys = ["mode", "head_dim", "causal", "seqlen_q"]
+    ms = rows.pivot_table(index=keys, columns="arm", values="ms", aggfunc="median")
+    tflops = rows.pivot_table(index=keys, columns="arm", values="tflops", aggfunc="median")
+    table = pd.DataFrame({
+        "portable_tflops": tflops["ours:portable"],
+        "gluon_tflops": tflops["ours:hopper_bwd"],
+        "cudnn_tflops": tflops["sdpa_cudnn"],
+        "gluon/portable": ms["ours:portable"] / ms["ours:hopper_bwd"],
+        "gluon/cudnn": ms["sdpa_cudnn"] / ms["ours:hopper_bwd"],
+        "hb": rows.groupby(keys)["host_bound"].sum(),
+        "spread": rows.groupby(keys)["spread"].max(),
+    })
+    table.index = table.index.set_levels([table.index.levels[1].astype(int), table.index.levels[2].astype(int),
+                                          table.index.levels[3].astype(int)], level=[1, 2, 3])
+    print("\n## hopper ablation: the backward in one pass (Gluon, arm hopper_bwd, after the Hopper forward) against")
+    print("## the portable backward (arm portable: portable forward and backward) and cuDNN, fp16\n")
+    print(table.round(2).to_string())
+    for mode in ("bwd", "fwd_bwd"):
+        for head_dim in (64, 128):
+            for causal in (0, 1):
+                cell = table.loc[(mode, head_dim, causal)]
+                print(f"{mode:7s} d{head_dim} causal={causal}: gluon/portable {cell['gluon/portable'].min():.2f}-"
+                      f"{cell['gluon/portable'].max():.2f}, gluon/cudnn {cell['gluon/cudnn'].min():.2f}-"
+                      f"{cell['gluon/cudnn'].max():.2f} (seqlens {', '.join(map(str, cell.index))})")
+    print(f"\ncells with a host-bound repetition: {int((table['hb'] > 0).sum())} of {len(table)}; "
+          f"largest spread {table['spread'].max():.3f}")
+    clocks = rows.groupby("arm")[["sm_clock_mhz", "power_w", "temp_c"]].agg(["min", "max"]).round(0)
+    print("\nclock (MHz), power (W), temperature (C) over the rows, by arm:\n" + clocks.to_string())
+
+
+if __name__ == "__main__":
+    main()
