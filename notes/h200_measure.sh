@@ -2,6 +2,7 @@
 # One device call of a re-measurement: optional GPU tests first (TESTS="pytest args"; the grid runs only
 # if they pass), then the grid's remaining jobs within what is left of the call's ~10 minutes.
 #   TESTS="tests/test_hopper.py" bash notes/h200_measure.sh COMMIT STEP [targets...]
+# TESTS is split on spaces: give paths or node ids (tests/x.py::test_y), not -k expressions.
 set -uo pipefail
 commit=$1 step=$2; shift 2
 python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl || exit 1
