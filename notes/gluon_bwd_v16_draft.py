@@ -13,6 +13,9 @@ What the compiles show (notes/gluon_bwd_v16_draft_compile.txt, ptxas -v on the P
 - NO_PRODUCER: no producer warp; consumer 0 issues the TMA loads itself (K and V once, then each tile
   STAGES - 1 ahead, into the slot both consumers released). 8 warps, so the launch can give every
   thread 256 registers: d128 full spills nothing (255 registers), d128 causal 220 bytes.
+- LATE_LOADS (lse loaded while the first MMAs run, delta just before dP^T is waited on): at d128 causal
+  308 -> 252 bytes with the producer, 220 -> 112 without it; at d128 full 172 -> 136, and 0 -> 48 without
+  the producer.
 - Smaller effects: DS_SMEM (dK += dS^T Q reads dS^T from the shared-memory tile stored for dQ anyway,
   instead of a register operand) and P_SMEM (P^T through shared memory for dV += P^T dO) remove 8-16
   bytes of spills at 168 registers and none at 255; SKIP_MASK (the runtime branch that masks only edge
@@ -142,7 +145,8 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, p_smem, kv_bar,
               q_desc, k_desc, v_desc, do_desc,
               WHICH: gl.constexpr, HALF_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
               STAGES: gl.constexpr, CAUSAL: gl.constexpr, DS_SMEM: gl.constexpr, P_SMEM: gl.constexpr,
-              LOADS: gl.constexpr, SKIP_MASK: gl.constexpr, num_warps: gl.constexpr):
+              LOADS: gl.constexpr, SKIP_MASK: gl.constexpr, LATE_LOADS: gl.constexpr,
+              num_warps: gl.constexpr):
     """The plain schedule. One warpgroup, keys [key0 + WHICH * HALF_N, + HALF_N): dK and dV over every
     streamed query tile, and half of the columns of each tile's dQ over all 128 keys of the program."""
     dtype: gl.constexpr = q_smem.dtype
@@ -184,14 +188,17 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, p_smem, kv_bar,
             if t + STAGES - 1 < GROUP * n_m:
                 _issue_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, t + STAGES - 1, q_head0, N_Q, m_start,
                             n_m, BLOCK_M, STAGES)
-        lse = gl.load(Lse + (head * N_Q + queries).to(gl.int64), mask=in_q, other=0.0) * _LOG2E
-        delta = gl.load(Delta + (head * N_Q + queries).to(gl.int64), mask=in_q, other=0.0)
+        if not LATE_LOADS:
+            lse = gl.load(Lse + (head * N_Q + queries).to(gl.int64), mask=in_q, other=0.0) * _LOG2E
+            delta = gl.load(Delta + (head * N_Q + queries).to(gl.int64), mask=in_q, other=0.0)
         mbarrier.wait(ready.index(slot), phase)
         q_tile = q_smem.index(slot)
         do_tile = do_smem.index(slot)
         # S^T = K Q^T and dP^T = V dO^T, K and V from shared memory as the A operand.
         st = warpgroup_mma(k_tile, q_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
         dpt = warpgroup_mma(v_tile, do_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+        if LATE_LOADS:  # lse while the MMAs run, delta later: shorter live ranges
+            lse = gl.load(Lse + (head * N_Q + queries).to(gl.int64), mask=in_q, other=0.0) * _LOG2E
         st = warpgroup_mma_wait(1, deps=[st])
         pt = gl.exp2(st * qk_scale - gl.expand_dims(lse, 0))
         if SKIP_MASK:  # a runtime branch: the mask only on tiles that reach past an edge or the diagonal
@@ -210,6 +217,8 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, p_smem, kv_bar,
         else:
             pt_op = gl.convert_layout(pt.to(dtype), a_layout)
             dv = warpgroup_mma(pt_op, do_tile, dv, is_async=True)  # dV += P^T dO
+        if LATE_LOADS:
+            delta = gl.load(Delta + (head * N_Q + queries).to(gl.int64), mask=in_q, other=0.0)
         dpt = warpgroup_mma_wait(1, deps=[dpt])
         dst = (pt * (dpt - gl.expand_dims(delta, 0))).to(dtype)
         buf = t % 2
@@ -358,7 +367,8 @@ def _consumer_fused(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, r
 def _hopper_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, DK, DV, N_Q, N_K, KV_HEADS, GROUP,
                 qk_scale, sm_scale, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
                 CAUSAL: gl.constexpr, FUSED: gl.constexpr, DS_SMEM: gl.constexpr, P_SMEM: gl.constexpr,
-                SKIP_MASK: gl.constexpr, NO_PRODUCER: gl.constexpr, num_warps: gl.constexpr):
+                SKIP_MASK: gl.constexpr, NO_PRODUCER: gl.constexpr, LATE_LOADS: gl.constexpr,
+                num_warps: gl.constexpr):
     """A program: 2 x HALF_N keys of one (batch, kv head); warps: consumer 0 (the default partition),
     consumer 1 and the producer."""
     HALF: gl.constexpr = k_desc.block_type.shape[0]
@@ -400,11 +410,11 @@ def _hopper_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, DK, DV, N_
             (_consumer, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, p_smem, kv_bar, ready, empty, ds_full,
                          ds_empty, dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m,
                          qk_scale, sm_scale, q_desc, k_desc, v_desc, do_desc, 0, HALF, BLOCK_M, HEAD_DIM, STAGES,
-                         CAUSAL, DS_SMEM, P_SMEM, True, SKIP_MASK, num_warps)),
+                         CAUSAL, DS_SMEM, P_SMEM, True, SKIP_MASK, LATE_LOADS, num_warps)),
             (_consumer, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, p_smem, kv_bar, ready, empty, ds_full,
                          ds_empty, dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m,
                          qk_scale, sm_scale, q_desc, k_desc, v_desc, do_desc, 1, HALF, BLOCK_M, HEAD_DIM, STAGES,
-                         CAUSAL, DS_SMEM, P_SMEM, False, SKIP_MASK, num_warps)),
+                         CAUSAL, DS_SMEM, P_SMEM, False, SKIP_MASK, LATE_LOADS, num_warps)),
         ], [_CONSUMER_WARPS], [_CONSUMER_REGS])
     elif FUSED:
         gl.warp_specialize([
@@ -424,11 +434,11 @@ def _hopper_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, DK, DV, N_
             (_consumer, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, p_smem, kv_bar, ready, empty, ds_full, ds_empty,
                          dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m,
                          qk_scale, sm_scale, q_desc, k_desc, v_desc, do_desc, 0, HALF, BLOCK_M, HEAD_DIM, STAGES, CAUSAL,
-                         DS_SMEM, P_SMEM, False, SKIP_MASK, num_warps)),
+                         DS_SMEM, P_SMEM, False, SKIP_MASK, LATE_LOADS, num_warps)),
             (_consumer, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, p_smem, kv_bar, ready, empty, ds_full, ds_empty,
                          dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m,
                          qk_scale, sm_scale, q_desc, k_desc, v_desc, do_desc, 1, HALF, BLOCK_M, HEAD_DIM, STAGES, CAUSAL,
-                         DS_SMEM, P_SMEM, False, SKIP_MASK, num_warps)),
+                         DS_SMEM, P_SMEM, False, SKIP_MASK, LATE_LOADS, num_warps)),
             (_producer, (q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
                          kv_row, q_head0, GROUP, N_Q, m_start, n_m, BLOCK_M, STAGES)),
         ], [_CONSUMER_WARPS, 1], [_CONSUMER_REGS, _PRODUCER_REGS])
@@ -445,7 +455,8 @@ def dq_descriptor(dq_acc: torch.Tensor) -> TensorDescriptor:
 
 def kernel_args(q, k, v, do, dq_acc, lse, delta, dk, dv, softmax_scale: float, causal: bool,
                 schedule: str | None = None, stages: int | None = None, ds_smem: bool = False, p_smem: bool = False,
-                skip_mask: bool | None = None, no_producer: bool = False) -> tuple[tuple, dict]:
+                skip_mask: bool | None = None, no_producer: bool = False,
+                late_loads: bool = False) -> tuple[tuple, dict]:
     """The positional and keyword arguments of one `_hopper_bwd` launch (tests/hopper_compile.py
     compiles from them too)."""
     batch, heads, n_q, head_dim = q.shape
@@ -456,7 +467,7 @@ def kernel_args(q, k, v, do, dq_acc, lse, delta, dk, dv, softmax_scale: float, c
             heads // kv_heads, softmax_scale * _hopper.LOG2E, softmax_scale)
     constants = dict(BLOCK_M=BLOCK_M, HEAD_DIM=head_dim, STAGES=stages or default_stages, CAUSAL=bool(causal),
                      FUSED=(schedule or default_schedule) == "fused", DS_SMEM=ds_smem, P_SMEM=p_smem,
-                     SKIP_MASK=head_dim == 64 if skip_mask is None else skip_mask, NO_PRODUCER=no_producer,
+                     SKIP_MASK=head_dim == 64 if skip_mask is None else skip_mask, NO_PRODUCER=no_producer, LATE_LOADS=late_loads,
                      num_warps=CONSUMER_WARPS)
     return args, constants
 
@@ -597,6 +608,8 @@ VARIANTS = [  # (schedule, stages, switches)
     ("plain", 2, dict(no_producer=True)),
     ("plain", 2, dict(no_producer=True, ds_smem=True)),
     ("plain", 2, dict(no_producer=True, skip_mask=True)),
+    ("plain", 2, dict(late_loads=True)),
+    ("plain", 2, dict(no_producer=True, late_loads=True)),
     ("plain", 3, dict(no_producer=True)),
     ("fused", 2, {}),
     ("fused", 3, {}),
