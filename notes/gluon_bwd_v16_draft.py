@@ -72,27 +72,6 @@ def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
-              kv_row, q_head0, GROUP, N_Q, m_start, n_m, BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
-    """One warp: both consumers' K and V tiles once, then Q and dO tile by tile (every query head of the
-    group, query tiles m_start.. of each) into the ring."""
-    mbarrier.expect(kv_bar, 2 * k_desc.block_type.nbytes + 2 * v_desc.block_type.nbytes)
-    half: gl.constexpr = k_desc.block_type.shape[0]
-    tma.async_copy_global_to_shared(k_desc, [kv_row, 0], kv_bar, k_smem.index(0))
-    tma.async_copy_global_to_shared(k_desc, [kv_row + half, 0], kv_bar, k_smem.index(1))
-    tma.async_copy_global_to_shared(v_desc, [kv_row, 0], kv_bar, v_smem.index(0))
-    tma.async_copy_global_to_shared(v_desc, [kv_row + half, 0], kv_bar, v_smem.index(1))
-    for t in range(GROUP * n_m):
-        slot = t % STAGES
-        phase = (t // STAGES) & 1
-        row = (q_head0 + t // n_m) * N_Q + (m_start + t % n_m) * BLOCK_M
-        mbarrier.wait(empty.index(slot), phase ^ 1)  # a fresh barrier passes the wait on phase 1
-        mbarrier.expect(ready.index(slot), q_desc.block_type.nbytes + do_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [row, 0], ready.index(slot), q_smem.index(slot))
-        tma.async_copy_global_to_shared(do_desc, [row, 0], ready.index(slot), do_smem.index(slot))
-
-
-@gluon.jit
 def _issue_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, kv_row):
     """Both consumers' K and V tiles by TMA, once."""
     mbarrier.expect(kv_bar, 2 * k_desc.block_type.nbytes + 2 * v_desc.block_type.nbytes)
@@ -113,6 +92,16 @@ def _issue_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, t, q_head0, N_Q,
     mbarrier.expect(ready.index(slot), q_desc.block_type.nbytes + do_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [row, 0], ready.index(slot), q_smem.index(slot))
     tma.async_copy_global_to_shared(do_desc, [row, 0], ready.index(slot), do_smem.index(slot))
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
+              kv_row, q_head0, GROUP, N_Q, m_start, n_m, BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
+    """One warp: both consumers' K and V tiles once, then Q and dO tile by tile (every query head of the
+    group, query tiles m_start.. of each) into the ring."""
+    _issue_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, kv_row)
+    for t in range(GROUP * n_m):
+        _issue_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, t, q_head0, N_Q, m_start, n_m, BLOCK_M, STAGES)
 
 
 @gluon.jit
