@@ -463,40 +463,17 @@ def kernel_args(q, k, v, do, dq_acc, lse, delta, dk, dv, softmax_scale: float, c
 
 def compile_report(head_dim: int, causal: bool, schedule: str, stages: int, **switches) -> str:
     """One configuration compiled for sm_90a: a line with shared memory, MMA counts and ptxas' report."""
-    import sys
-    import time
-
-    from triton._C.libtriton import native_specialize_impl
-    from triton.backends.compiler import BaseBackend
-    from triton.compiler import make_backend
-    from triton.experimental.gluon._runtime import GluonASTSource
-
-    sys.path.insert(0, "tests")
-    from hopper_compile import SM90, _ptxas_report
+    from gluon_compile import compile_sm90
 
     n = 4096
     x = torch.empty(1, 2, n, head_dim, dtype=torch.float16)
     f32 = torch.empty(1, dtype=torch.float32)
     args, constants = kernel_args(x, x, x, x, torch.empty(1, 2, n, head_dim), f32, f32, x, x, head_dim ** -0.5,
                                   causal, schedule, stages, **switches)
-    names = _hopper_bwd.arg_names
-    signature = {}
-    for name, value in zip(names, args):
-        if isinstance(value, (torch.Tensor, TensorDescriptor)):
-            signature[name] = native_specialize_impl(BaseBackend, value, False, True, True)[0]
-        else:
-            signature[name] = "fp32" if isinstance(value, float) else "i32"
-    signature.update({name: "constexpr" for name in constants})
-    constexprs = {(names.index(name),): value for name, value in constants.items()}
-    options = make_backend(SM90).parse_options(dict(num_warps=CONSUMER_WARPS, maxnreg=max_regs(**switches)))
-    start = time.time()
-    compiled = triton.compile(GluonASTSource(_hopper_bwd, signature, constexprs, {}), target=SM90,
-                              options=options.__dict__)
-    ptx = compiled.asm["ptx"]
-    arch, info = _ptxas_report(ptx)
+    compiled, ptx, arch, info, seconds = compile_sm90(_hopper_bwd, args, constants, max_regs(**switches))
     flags = " ".join(f"{k}={v}" for k, v in switches.items())
     return (f"d{head_dim} causal={causal} {schedule} stages={stages} {flags}: {arch} shared={compiled.metadata.shared} "
-            f"wgmma={ptx.count('wgmma.mma_async')} ({time.time() - start:.1f} s) | {info}")
+            f"wgmma={ptx.count('wgmma.mma_async')} ({seconds:.1f} s) | {info}")
 
 
 def max_regs(no_producer: bool = False, **_) -> int:

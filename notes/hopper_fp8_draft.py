@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 import torch
 import triton
@@ -233,13 +232,7 @@ def hopper_fp8_forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale: 
 
 def compile_report(head_dim: int, causal: bool, block_n: int = 128, stages: int = 3) -> str:
     """One configuration compiled for sm_90a: shared memory, MMA counts and ptxas' report."""
-    from triton._C.libtriton import native_specialize_impl
-    from triton.backends.compiler import BaseBackend
-    from triton.compiler import make_backend
-    from triton.experimental.gluon._runtime import GluonASTSource
-
-    sys.path.insert(0, "tests")
-    from hopper_compile import SM90, _ptxas_report
+    from gluon_compile import compile_sm90
 
     n = 4096
     x = torch.empty(1, 2, n, head_dim, dtype=torch.float8_e4m3fn)
@@ -247,24 +240,10 @@ def compile_report(head_dim: int, causal: bool, block_n: int = 128, stages: int 
     f32 = torch.empty(2, dtype=torch.float32)
     args, constants = kernel_args(x, x, xt, torch.empty(1, 2, n, head_dim, dtype=torch.bfloat16), f32, f32, f32,
                                   f32, head_dim ** -0.5, causal, block_n, stages)
-    names = _hopper_fp8_fwd.arg_names
-    signature = {}
-    for name, value in zip(names, args):
-        if isinstance(value, (torch.Tensor, TensorDescriptor)):
-            signature[name] = native_specialize_impl(BaseBackend, value, False, True, True)[0]
-        else:
-            signature[name] = "fp32" if isinstance(value, float) else "i32"
-    signature.update({name: "constexpr" for name in constants})
-    constexprs = {(names.index(name),): value for name, value in constants.items()}
-    options = make_backend(SM90).parse_options(dict(num_warps=CONSUMER_WARPS, maxnreg=MAX_REGS))
-    start = time.time()
-    compiled = triton.compile(GluonASTSource(_hopper_fp8_fwd, signature, constexprs, {}), target=SM90,
-                              options=options.__dict__)
-    ptx = compiled.asm["ptx"]
-    arch, info = _ptxas_report(ptx)
+    compiled, ptx, arch, info, seconds = compile_sm90(_hopper_fp8_fwd, args, constants, MAX_REGS)
     return (f"fp8 d{head_dim} causal={causal} block_n={block_n} stages={stages}: {arch} "
             f"shared={compiled.metadata.shared} wgmma={ptx.count('wgmma.mma_async')} "
-            f"e4m3={ptx.count('e4m3')} ({time.time() - start:.1f} s) | {info}")
+            f"e4m3={ptx.count('e4m3')} ({seconds:.1f} s) | {info}")
 
 
 CONFIGS = [(128, 3), (128, 2), (256, 2)]  # (block_n, stages)
