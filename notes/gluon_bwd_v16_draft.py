@@ -22,20 +22,19 @@ What the compiles show (notes/gluon_bwd_v16_draft_compile.txt, ptxas -v on the P
   and diagonal tiles) adds spills at d128 in every form tried, and so did a loop split in two (masked
   tiles first, then the rest; 400 bytes at d128 full) and masks applied one select at a time.
 - d64 spills nothing in any variant.
-Everything else is kernels/_hopper_bwd.py at 8a451f2.
+Everything else is kernels/_hopper_bwd.py at 8a451f2 (three helpers come from notes/gluon_bwd_draft.py, where they are the same).
 """
 from __future__ import annotations
 
 import torch
 import triton
-from triton._C.libtriton import ir as _ir
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language._core import builtin
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                                warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from gluon_bwd_draft import _store_dk_dv, _tma_reduce_add, _visible  # v14's draft, unchanged since
 from kernels import _hopper
 from kernels._backward import _attn_bwd_delta
 from kernels._forward import strides
@@ -60,15 +59,6 @@ def default_config(head_dim: int) -> dict:
     """The tiles at this head dim, for the record: query rows streamed, keys a program holds, warps (the
     producer's counted as a warpgroup, as the Hopper forward's are) and ring slots."""
     return dict(block_m=BLOCK_M, block_n=BLOCK_N, num_warps=TOTAL_WARPS, num_stages=SCHEDULES[head_dim][1])
-
-
-@builtin
-def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
-    """Add the shared-memory tile `src` into the global tile at `coord` of `tensor_desc` by TMA
-    (cp.reduce.async.bulk.tensor add): the op plain Triton's descriptor atomic_add lowers to, which
-    Gluon 3.6 builds but does not name in its Python API."""
-    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
-    _semantic.builder.create_async_tma_reduce(_ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle)
 
 
 @gluon.jit
@@ -102,30 +92,6 @@ def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem, 
     _issue_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, kv_row)
     for t in range(GROUP * n_m):
         _issue_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, t, q_head0, N_Q, m_start, n_m, BLOCK_M, STAGES)
-
-
-@gluon.jit
-def _visible(keys, queries, N_Q, N_K, causal_offset, CAUSAL: gl.constexpr):
-    """(keys, queries) mask of the score entries a tile keeps: inside both sequences and, causal, on or
-    below the bottom-right diagonal."""
-    visible = gl.expand_dims(keys < N_K, 1) & gl.expand_dims(queries < N_Q, 0)
-    if CAUSAL:
-        visible = visible & (gl.expand_dims(keys, 1) <= gl.expand_dims(queries, 0) + causal_offset)
-    return visible
-
-
-@gluon.jit
-def _store_dk_dv(DK, DV, dk, dv, kv_row, first_key, N_K, sm_scale, acc_layout: gl.constexpr,
-                 HALF_N: gl.constexpr, HEAD_DIM: gl.constexpr, WHICH: gl.constexpr):
-    """A consumer's epilogue: its HALF_N rows of dK (scaled) and dV, for the keys inside the sequence."""
-    dtype: gl.constexpr = DK.dtype.element_ty
-    out_rows = gl.arange(0, HALF_N, layout=gl.SliceLayout(1, acc_layout))
-    out_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
-    offsets = ((kv_row + WHICH * HALF_N + gl.expand_dims(out_rows, 1)).to(gl.int64) * HEAD_DIM
-               + gl.expand_dims(out_cols, 0))
-    in_keys = gl.expand_dims(first_key + out_rows < N_K, 1) & gl.expand_dims(out_cols < HEAD_DIM, 0)
-    gl.store(DK + offsets, (dk * sm_scale).to(dtype), mask=in_keys)
-    gl.store(DV + offsets, dv.to(dtype), mask=in_keys)
 
 
 @gluon.jit
