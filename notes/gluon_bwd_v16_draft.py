@@ -22,7 +22,8 @@ What the compiles show (notes/gluon_bwd_v16_draft_compile.txt, ptxas -v on the P
   and diagonal tiles) adds spills at d128 in every form tried, and so did a loop split in two (masked
   tiles first, then the rest; 400 bytes at d128 full) and masks applied one select at a time.
 - d64 spills nothing in any variant.
-Everything else is kernels/_hopper_bwd.py at 8a451f2 (three helpers come from notes/gluon_bwd_draft.py, where they are the same).
+Everything else is kernels/_hopper_bwd.py at 8a451f2 (three helpers come from notes/gluon_bwd_draft.py,
+where they are the same).
 """
 from __future__ import annotations
 
