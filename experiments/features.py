@@ -2,7 +2,7 @@
 
 Arms (the rows' `variant` names the feature and its parameter; `provider` who runs it):
   plain            ours without a feature (the baseline of each feature's overhead; causal for the window);
-                   ours runs the portable kernels in every arm (hopper=False): the features live there
+                   ours runs the portable kernels in every arm (hopper=False, hopper_backward=False): the features live there
   window<w>        sliding window of w keys, causal: window_size = (w - 1, 0); ours, and flex with a
                    block mask of causal & q - kv < w (create_block_mask, so FlexAttention skips blocks)
   softcap<c>       tanh soft-capping of the scaled scores, c * tanh(s / c); ours, and flex's score_mod
@@ -222,7 +222,7 @@ def _ours(cell, device):
         kwargs["atomic_dq"] = True
 
     def run(q, k, v):  # the portable kernels, where the features live: plain and padded are their baselines
-        return flash_attention(q, k, v, causal=cell.causal, hopper=False, **kwargs)
+        return flash_attention(q, k, v, causal=cell.causal, hopper=False, hopper_backward=False, **kwargs)
 
     return run
 

@@ -14,9 +14,11 @@ from experiments.schema import ABLATIONS as _NAMES, INTERPRETER_ABLATIONS, TIMED
 
 # kernels.flash_attention switches of each ablation arm. The ablations of the FlashAttention-2 kernels
 # (tiles, causal, recompute, fa1_vs_fa2, features and hopper's portable arm) pin them with PORTABLE: on
-# sm_90 at head dim 128 flash_attention's default forward is the Hopper kernel (kernels/_hopper.py).
+# sm_90 flash_attention's default forward (at head dim 128) and backward (at the pairs of
+# kernels.attention.HOPPER_BACKWARD_DEFAULTS) are the Hopper kernels (kernels/_hopper.py, _hopper_bwd.py).
 # speed, seqlen, accuracy and jit measure the engine's defaults.
-PORTABLE = (("hopper", False),)
+PORTABLE = (("hopper", False), ("hopper_backward", False))
+PORTABLE_BACKWARD = (("hopper_backward", False),)
 CAUSAL_VARIANTS = {
     "skip_tiles": (True, PORTABLE),
     "mask_all_tiles": (True, PORTABLE + (("skip_masked_tiles", False),)),
@@ -32,8 +34,8 @@ RECOMPUTE_VARIANTS = {"recompute": PORTABLE + (("recompute", True),),
 # and forward+backward rows against the portable backward's (the portable arm's bwd rows).
 HOPPER_ARMS = {
     "portable": (PORTABLE, ("fwd", "bwd", "fwd_bwd")),
-    "hopper_serial": ((("hopper", True), ("hopper_overlap", False)), ("fwd", "fwd_bwd")),
-    "hopper": ((("hopper", True),), ("fwd", "fwd_bwd")),
+    "hopper_serial": ((("hopper", True), ("hopper_overlap", False)) + PORTABLE_BACKWARD, ("fwd", "fwd_bwd")),
+    "hopper": ((("hopper", True),) + PORTABLE_BACKWARD, ("fwd", "fwd_bwd")),
     "hopper_bwd": ((("hopper", True), ("hopper_backward", True)), ("bwd", "fwd_bwd")),
 }
 # `fa1` is the faithful FlashAttention-1 (kernels/_fa1.py: Algorithm 1's loop order and the

@@ -70,28 +70,32 @@ def tile_columns(cell) -> dict:
 
         block_n, stages = _hopper.default_config(cell.head_dim)
         tiles = dict(block_m=_hopper.BLOCK_M, block_n=block_n, num_warps=_hopper.TOTAL_WARPS, num_stages=stages)
-    elif pass_ == "bwd" and switches.get("hopper_backward"):  # the one-pass Hopper backward's own tiles
+    elif pass_ == "bwd" and switches.get("hopper_backward", _hopper_by_default(cell, "bwd")):  # the Hopper backward's
         from kernels import _hopper_bwd
 
-        tiles = dataclasses.asdict(_hopper_bwd.default_config(cell.head_dim))
+        tiles = _hopper_bwd.default_config(cell.head_dim)
     else:
         tiles = dataclasses.asdict(default_tiles_for(cell.head_dim, pass_, switches.get("algorithm", "fa2"),
                                                      switches.get("dropout_p", 0.0)))
     return dict(tiles, recompute=int(switches.get("recompute", True)))
 
 
-def _hopper_by_default(cell) -> bool:
-    """Whether flash_attention's default (hopper=None) runs this cell's forward on the Hopper kernel: a
-    cell with no switches on dense contiguous inputs (experiments.providers.inputs) at a head dim of
-    kernels.attention.HOPPER_DEFAULT_HEAD_DIMS, on an sm_90 GPU, where the kernel covers it."""
+def _hopper_by_default(cell, pass_: str = "fwd") -> bool:
+    """Whether flash_attention's defaults (hopper=None, hopper_backward=None) run this cell's forward
+    (pass_ "fwd") or backward ("bwd") on the Hopper kernel: a cell with no switches on dense contiguous
+    inputs (experiments.providers.inputs) at a head dim of kernels.attention.HOPPER_DEFAULT_HEAD_DIMS
+    (forward) or a (head dim, causal) pair of HOPPER_BACKWARD_DEFAULTS (backward), on an sm_90 GPU,
+    where the kernel covers it."""
     import torch
 
-    from kernels.attention import hopper_forward_by_default
+    from kernels.attention import hopper_backward_by_default, hopper_forward_by_default
 
     if cell.switches or cell.experiment == "features" or not torch.cuda.is_available():
         return False
     if cell.dtype not in DTYPES or (cell.causal and cell.seqlen_q > cell.seqlen_k):
         return False
+    if pass_ == "bwd":
+        return hopper_backward_by_default(cell.head_dim, cell.causal, torch.device("cuda"))
     return hopper_forward_by_default(cell.head_dim, torch.device("cuda"))
 
 

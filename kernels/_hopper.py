@@ -24,12 +24,16 @@ after it. Nothing here runs on Triton's interpreter: the kernel needs an sm_90 G
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from kernels._launch import launch_keyed, row_descriptor
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -54,7 +58,7 @@ def default_config(head_dim: int) -> tuple[int, int]:
 def hopper_unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> list[str]:
     """What this call needs that the Hopper forward lacks (empty: it can run)."""
     missing = []
-    if not (q.is_cuda and torch.cuda.get_device_capability(q.device) == (9, 0)):
+    if not (q.is_cuda and _capability(q.device.index) == (9, 0)):
         missing.append("a compute capability 9.0 (Hopper) GPU")
     if q.dtype not in (torch.float16, torch.bfloat16):
         missing.append(f"dtype {q.dtype} (float16 and bfloat16 only)")
@@ -69,12 +73,24 @@ def hopper_unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal
     return missing
 
 
+@functools.lru_cache(maxsize=None)
+def _capability(device_index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device_index)
+
+
 def _rows_flatten(t: torch.Tensor) -> bool:
-    """True if the (B, H, N, D) tensor is one (B*H*N, D) matrix that TMA can address."""
+    """True if the (B, H, N, D) tensor is one (B*H*N, D) matrix that TMA can address. Under
+    torch.compile an address is not known while tracing: the alignment is left to `aligned`."""
     b, h, n, d = t.shape
     sb, sh, sn, sd = t.stride()
     return (sd == 1 and sn == d and (sh == n * d or h == 1) and (sb == h * n * d or b == 1)
-            and t.data_ptr() % 16 == 0)
+            and (torch.compiler.is_compiling() or t.data_ptr() % 16 == 0))
+
+
+def aligned(t: torch.Tensor) -> torch.Tensor:
+    """t, or a copy of it where its address is not 16-byte aligned (TMA reads aligned addresses only;
+    eager calls never reach here with one, compiled graphs may)."""
+    return t if t.data_ptr() % 16 == 0 else t.clone()
 
 
 @gluon.jit
@@ -282,16 +298,26 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_sc
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out (B, H, Nq, D) contiguous like q's dtype, lse (B, H, Nq) float32, natural log).
 
-    The caller checks `hopper_unsupported` first (kernels.attention does)."""
+    The caller checks `hopper_unsupported` first (kernels.attention does). The first call of a shape
+    goes through Triton's JIT; later ones launch the kept compiled kernel directly
+    (`kernels._launch.launch_keyed`: the key holds the dtype, both shapes and every constant)."""
     batch, heads, n_q, head_dim = q.shape
     kv_heads, n_k = k.shape[1], k.shape[2]
+    q, k, v = aligned(q), aligned(k), aligned(v)
     default_n, default_stages = default_config(head_dim)
     block_n, stages = block_n or default_n, stages or default_stages
     out = torch.empty((batch, heads, n_q, head_dim), device=q.device, dtype=q.dtype)
     lse = torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32)
     grid = (triton.cdiv(n_q, BLOCK_M), batch * heads)
-    _hopper_fwd[grid](_descriptor(q, HALF_M), _descriptor(k, block_n), _descriptor(v, block_n), out, lse,
-                      n_q, n_k, heads, heads // kv_heads, softmax_scale * LOG2E,
-                      BLOCK_N=block_n, HEAD_DIM=head_dim, STAGES=stages, CAUSAL=causal,
-                      OVERLAP=overlap, num_warps=CONSUMER_WARPS, maxnreg=MAX_REGS)
+    scalars = (n_q, n_k, heads, heads // kv_heads, softmax_scale * LOG2E)
+    constants = (block_n, head_dim, stages, bool(causal), bool(overlap), CONSUMER_WARPS)
+
+    def jit_launch():
+        return _hopper_fwd[grid](_descriptor(q, HALF_M), _descriptor(k, block_n), _descriptor(v, block_n), out, lse,
+                                 *scalars, BLOCK_N=block_n, HEAD_DIM=head_dim, STAGES=stages, CAUSAL=bool(causal),
+                                 OVERLAP=bool(overlap), num_warps=CONSUMER_WARPS, maxnreg=MAX_REGS)
+
+    launch_keyed(("hopper_fwd", q.dtype, tuple(q.shape), tuple(k.shape), constants), grid,
+                 lambda: (row_descriptor(q), row_descriptor(k), row_descriptor(v), out, lse, *scalars, *constants),
+                 jit_launch)
     return out, lse

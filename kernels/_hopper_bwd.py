@@ -1,154 +1,439 @@
-"""The Hopper (sm_90) backward: one pass over the tile pairs, TMA loads, dQ by TMA reduce-add.
+"""The Hopper (sm_90) backward: one pass over the tile pairs in Gluon, dQ by TMA reduce-add.
 
 The portable backward (`_backward.py`) runs two kernels over the tile pairs: dK/dV (4 of the N x N x D
-matmuls) and a separate dQ kernel that recomputes Q K^T and dO V^T (3 more), so 7 matmuls where
-the FLOP count credits 5. This one runs a single kernel, one program per (key block, batch x kv
-head), in the manner of FlashAttention-2's Algorithm 2 and FlashAttention-3's backward:
+matmuls) and a separate dQ kernel that recomputes Q K^T and dO V^T (3 more), so 7 matmuls where the
+FLOP count credits 5. This one runs the 5 in a single warp-specialised kernel, in the manner of
+FlashAttention-2's Algorithm 2 and FlashAttention-3's backward:
 
-- K and V of the key block stay on chip; Q and dO tiles of every query block that sees the key
-  block (of every query head sharing the K/V head, for grouped-query attention) stream in through
-  tensor descriptors, which Triton lowers to TMA copies pipelined `num_stages` deep;
-- P^T = exp2(K Q^T * scale - lse), dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - delta),
-  dK += dS^T Q, and dQ_tile = dS K is added into a float32 dQ accumulator by a TMA reduce
-  (`cp.reduce.async.bulk.tensor ... add`, from the descriptor's `atomic_add`), which holds no
-  registers while it drains;
-- the delta pre-pass of the portable backward zeroes the accumulator; a copy converts it to the
-  inputs' dtype at the end. The additions land in any order: dQ is not bitwise reproducible
-  (`deterministic=True` keeps the portable backward).
-- causal: key blocks nearest the start see the most queries and are launched first.
+- a program owns 128 keys of one (batch, kv head); two consumer warpgroups own 64 of them each, with
+  their K and V tiles in shared memory as the A operand of S^T = K Q^T and dP^T = V dO^T, and their
+  dK, dV accumulators (64 x D float32) in registers (240 a thread, raised by `setmaxnreg`);
+- one producer warp loads K and V once, then streams the Q and dO tiles (64 query rows) of every
+  query head of the group that sees the keys by TMA into a ring of `STAGES` shared-memory slots,
+  each released by both consumers;
+- P^T = exp2(S^T * scale - lse), dV += P^T dO, dS^T = P^T (dP^T - delta), dK += dS^T Q;
+- dS^T goes through shared memory (double-buffered, guarded by two mbarriers) so that dQ_tile = dS K
+  reads it transposed as the A operand; each consumer sums all 128 keys for half of dQ's columns
+  (FlashAttention-3's split) and adds them into a float32 accumulator with one TMA reduce
+  (`cp.reduce.async.bulk.tensor ... add`), which holds no registers while it drains. The delta
+  pre-pass of the portable backward zeroes the accumulator; a copy converts it at the end. The
+  additions land in any order, so dQ is not bitwise reproducible (`deterministic=True` keeps the
+  portable backward).
+
+Two consumer schedules, one per head dim (`SCHEDULES`, each the faster of the two on the H200,
+notes/perf.md v14): at head dim 64 the fused one (`_consumer_fused`: the next tile's lse and delta
+loaded during this one, dK and dV drained before dQ, a three-slot ring, the mask only on tiles that
+reach an edge or the diagonal); at 128, where those cost spills, the plain one (`_consumer`).
 
 It covers what the Hopper forward covers (float16 and bfloat16, head dims 64 and 128, causal with
-seqlen_q <= seqlen_k and full masks, grouped-query attention, (B, H, N, D) inputs whose heads'
-rows are contiguous) and none of the training features; `kernels._hopper.hopper_unsupported` names
-the rest.
-Descriptor tiles are 3-D (batch x head, rows, head dim): rows past a head's end read as zeros and
-are dropped on store and reduce, so ragged lengths need no extra masking of memory. Nothing here
-runs on Triton's interpreter.
+seqlen_q <= seqlen_k and full masks, grouped-query attention, (B, H, N, D) inputs whose heads' rows
+are contiguous) and none of the training features; `kernels._hopper.hopper_unsupported` names the
+rest. Q, K, V and dO are read as one (B*H*N, D) matrix: rows past a head's end belong to the next
+head (or read as zeros past the tensor), and the masks zero their scores, so their dS rows add
+zeros to dQ and their dK, dV rows are not stored. Nothing here runs on Triton's interpreter.
 """
 from __future__ import annotations
 
 import torch
 import triton
-import triton.language as tl
-from triton.tools.tensor_descriptor import TensorDescriptor
+from triton._C.libtriton import ir as _ir
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language._core import builtin
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                               warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from kernels._backward import _attn_bwd_delta, _query_bounds
+from kernels import _hopper
+from kernels._backward import _attn_bwd_delta
 from kernels._forward import strides
-from kernels._launch import launch_kernel
-from kernels.tiles import TileConfig
+from kernels._launch import launch_kernel, launch_keyed, row_descriptor
 
-LOG2E = 1.4426950408889634
+HALF_N = 64  # keys of one consumer warpgroup; a program holds two
+BLOCK_N = 2 * HALF_N
+BLOCK_M = 64  # query rows of one streamed tile
+CONSUMER_WARPS = 4
+TOTAL_WARPS = 12  # two consumer warpgroups and the producer's warp, which takes a warpgroup's registers
+MAX_REGS = 168  # per thread at launch, as the Hopper forward
+# head dim -> (consumer schedule, Q/dO ring slots): "fused" at 64 (1.05-1.20x the portable backward in
+# notes/gluon_bwd_draft_bench_v3_h200.csv, its mode 4), "plain" at 128 (0.95-1.09x, mode 2)
+SCHEDULES = {64: ("fused", 3), 128: ("plain", 2)}
+_CONSUMER_WARPS = gl.constexpr(CONSUMER_WARPS)
+_CONSUMER_REGS = gl.constexpr(240)
+_PRODUCER_REGS = gl.constexpr(24)
+_LOG2E = gl.constexpr(_hopper.LOG2E)
 
 
-def default_config(head_dim: int) -> TileConfig:
-    """(query rows streamed, keys held, warps, stages) of the one-pass backward: the fastest of ten
-    configs at head dims 64 and 128 on the H200 (notes/hopper_bwd_tiles.py; notes/perf.md, v12)."""
-    return TileConfig(64, 128, 8, 3)
+def default_config(head_dim: int) -> dict:
+    """The tiles at this head dim, for the record: query rows streamed, keys a program holds, warps (the
+    producer's counted as a warpgroup, as the Hopper forward's are) and ring slots."""
+    return dict(block_m=BLOCK_M, block_n=BLOCK_N, num_warps=TOTAL_WARPS, num_stages=SCHEDULES[head_dim][1])
 
 
-@triton.jit
-def _hopper_bwd_inner(dk, dv, k, v, q_desc, do_desc, dq_desc, lse_ptr, delta_ptr, bh, offs_n, start, end,
-                      qk_scale, sm_scale, N_Q, N_K, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-                      MASK: tl.constexpr, CAUSAL: tl.constexpr, STAGES: tl.constexpr):
-    """dK, dV of one key block over query rows [start, end) of head `bh`; dQ reduced into the accumulator."""
-    offs_m0 = tl.arange(0, BLOCK_M)
-    for start_m in tl.range(start, end, BLOCK_M, num_stages=STAGES):
-        q = q_desc.load([bh, start_m, 0]).reshape([BLOCK_M, HEAD_DIM])
-        do = do_desc.load([bh, start_m, 0]).reshape([BLOCK_M, HEAD_DIM])
-        offs_m = start_m + offs_m0
-        if MASK:
-            lse = tl.load(lse_ptr + offs_m, mask=offs_m < N_Q, other=0.0)
-            delta = tl.load(delta_ptr + offs_m, mask=offs_m < N_Q, other=0.0)
-        else:
-            lse = tl.load(lse_ptr + offs_m)
-            delta = tl.load(delta_ptr + offs_m)
-        qk_t = tl.dot(k, tl.trans(q))  # [BLOCK_N, BLOCK_M]
-        p_t = tl.math.exp2(qk_t * qk_scale - lse[None, :] * 1.4426950408889634)
-        if MASK:
-            visible = (offs_n[:, None] < N_K) & (offs_m[None, :] < N_Q)
+@builtin
+def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+    """Add the shared-memory tile `src` into the global tile at `coord` of `tensor_desc` by TMA
+    (cp.reduce.async.bulk.tensor add): the op plain Triton's descriptor atomic_add lowers to, which
+    Gluon 3.6 builds but does not name in its Python API."""
+    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+    _semantic.builder.create_async_tma_reduce(_ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle)
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
+              kv_row, q_head0, GROUP, N_Q, m_start, n_m, BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
+    """One warp: both consumers' K and V tiles once, then Q and dO tile by tile (every query head of the
+    group, query tiles m_start.. of each) into the ring."""
+    mbarrier.expect(kv_bar, 2 * k_desc.block_type.nbytes + 2 * v_desc.block_type.nbytes)
+    half: gl.constexpr = k_desc.block_type.shape[0]
+    tma.async_copy_global_to_shared(k_desc, [kv_row, 0], kv_bar, k_smem.index(0))
+    tma.async_copy_global_to_shared(k_desc, [kv_row + half, 0], kv_bar, k_smem.index(1))
+    tma.async_copy_global_to_shared(v_desc, [kv_row, 0], kv_bar, v_smem.index(0))
+    tma.async_copy_global_to_shared(v_desc, [kv_row + half, 0], kv_bar, v_smem.index(1))
+    for t in range(GROUP * n_m):
+        slot = t % STAGES
+        phase = (t // STAGES) & 1
+        row = (q_head0 + t // n_m) * N_Q + (m_start + t % n_m) * BLOCK_M
+        mbarrier.wait(empty.index(slot), phase ^ 1)  # a fresh barrier passes the wait on phase 1
+        mbarrier.expect(ready.index(slot), q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [row, 0], ready.index(slot), q_smem.index(slot))
+        tma.async_copy_global_to_shared(do_desc, [row, 0], ready.index(slot), do_smem.index(slot))
+
+
+@gluon.jit
+def _visible(keys, queries, N_Q, N_K, causal_offset, CAUSAL: gl.constexpr):
+    """(keys, queries) mask of the score entries a tile keeps: inside both sequences and, causal, on or
+    below the bottom-right diagonal."""
+    visible = gl.expand_dims(keys < N_K, 1) & gl.expand_dims(queries < N_Q, 0)
+    if CAUSAL:
+        visible = visible & (gl.expand_dims(keys, 1) <= gl.expand_dims(queries, 0) + causal_offset)
+    return visible
+
+
+@gluon.jit
+def _store_dk_dv(DK, DV, dk, dv, kv_row, first_key, N_K, sm_scale, acc_layout: gl.constexpr,
+                 HALF_N: gl.constexpr, HEAD_DIM: gl.constexpr, WHICH: gl.constexpr):
+    """A consumer's epilogue: its HALF_N rows of dK (scaled) and dV, for the keys inside the sequence."""
+    dtype: gl.constexpr = DK.dtype.element_ty
+    out_rows = gl.arange(0, HALF_N, layout=gl.SliceLayout(1, acc_layout))
+    out_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
+    offsets = ((kv_row + WHICH * HALF_N + gl.expand_dims(out_rows, 1)).to(gl.int64) * HEAD_DIM
+               + gl.expand_dims(out_cols, 0))
+    in_keys = gl.expand_dims(first_key + out_rows < N_K, 1) & gl.expand_dims(out_cols < HEAD_DIM, 0)
+    gl.store(DK + offsets, (dk * sm_scale).to(dtype), mask=in_keys)
+    gl.store(DV + offsets, dv.to(dtype), mask=in_keys)
+
+
+@gluon.jit
+def _consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full, ds_empty,
+              dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m, qk_scale, sm_scale,
+              WHICH: gl.constexpr, HALF_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
+              STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr):
+    """The plain schedule. One warpgroup, keys [key0 + WHICH * HALF_N, + HALF_N): dK and dV over every
+    streamed query tile, and half of the columns of each tile's dQ over all 128 keys of the program."""
+    dtype: gl.constexpr = q_smem.dtype
+    st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                        instr_shape=[16, BLOCK_M, 16])
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                         instr_shape=[16, HEAD_DIM, 16])
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    key_layout: gl.constexpr = gl.SliceLayout(1, st_layout)
+    query_layout: gl.constexpr = gl.SliceLayout(0, st_layout)
+    DQ_COLS: gl.constexpr = HEAD_DIM // 2
+    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                        instr_shape=[16, DQ_COLS, 16])
+    k_tile = k_smem.index(WHICH)
+    v_tile = v_smem.index(WHICH)
+    first_key = key0 + WHICH * HALF_N
+    keys = first_key + gl.arange(0, HALF_N, layout=key_layout)
+    tile_queries = gl.arange(0, BLOCK_M, layout=query_layout)
+    causal_offset = N_K - N_Q
+    st_zero = gl.zeros([HALF_N, BLOCK_M], gl.float32, st_layout)
+    dq_zero = gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout)
+    dk = gl.zeros([HALF_N, HEAD_DIM], gl.float32, acc_layout)
+    dv = gl.zeros([HALF_N, HEAD_DIM], gl.float32, acc_layout)
+    mbarrier.wait(kv_bar, 0)
+    for t in range(GROUP * n_m):
+        slot = t % STAGES
+        phase = (t // STAGES) & 1
+        head = q_head0 + t // n_m
+        q0 = (m_start + t % n_m) * BLOCK_M
+        queries = q0 + tile_queries
+        in_q = queries < N_Q
+        lse = gl.load(Lse + (head * N_Q + queries).to(gl.int64), mask=in_q, other=0.0) * _LOG2E
+        delta = gl.load(Delta + (head * N_Q + queries).to(gl.int64), mask=in_q, other=0.0)
+        mbarrier.wait(ready.index(slot), phase)
+        q_tile = q_smem.index(slot)
+        do_tile = do_smem.index(slot)
+        # S^T = K Q^T and dP^T = V dO^T, K and V from shared memory as the A operand.
+        st = warpgroup_mma(k_tile, q_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+        dpt = warpgroup_mma(v_tile, do_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+        st = warpgroup_mma_wait(1, deps=[st])
+        visible = _visible(keys, queries, N_Q, N_K, causal_offset, CAUSAL)
+        pt = gl.where(visible, gl.exp2(st * qk_scale - gl.expand_dims(lse, 0)), 0.0)
+        pt_op = gl.convert_layout(pt.to(dtype), a_layout)
+        dv = warpgroup_mma(pt_op, do_tile, dv, is_async=True)  # dV += P^T dO
+        dpt = warpgroup_mma_wait(1, deps=[dpt])
+        dst = (pt * (dpt - gl.expand_dims(delta, 0))).to(dtype)
+        buf = t % 2
+        mbarrier.wait(ds_empty.index(buf), ((t // 2) & 1) ^ 1)  # the other consumer has read tile t - 2's
+        ds_smem.index(buf * 2 + WHICH).store(dst)
+        fence_async_shared()
+        gl.thread_barrier()
+        mbarrier.arrive(ds_full.index(buf), count=1)
+        dst_op = gl.convert_layout(dst, a_layout)
+        dk = warpgroup_mma(dst_op, q_tile, dk, is_async=True)  # dK += dS^T Q
+        dv, dk = warpgroup_mma_wait(0, deps=[dv, dk])
+        mbarrier.arrive(empty.index(slot), count=1)
+        # dQ: both consumers' dS^T; this one sums all 128 keys for its half of the columns, one TMA reduce
+        mbarrier.wait(ds_full.index(buf), (t // 2) & 1)
+        tma.store_wait(0)  # the last tile's reduce has read the staging tile
+        gl.thread_barrier()
+        dq = warpgroup_mma(ds_smem.index(buf * 2).permute((1, 0)),
+                           k_smem.index(0).slice(WHICH * DQ_COLS, DQ_COLS, dim=1), dq_zero,
+                           use_acc=False, is_async=True)
+        dq = warpgroup_mma(ds_smem.index(buf * 2 + 1).permute((1, 0)),
+                           k_smem.index(1).slice(WHICH * DQ_COLS, DQ_COLS, dim=1), dq, is_async=True)
+        dq = warpgroup_mma_wait(0, deps=[dq])
+        mbarrier.arrive(ds_empty.index(buf), count=1)
+        dq_smem.index(WHICH).store(dq * sm_scale)
+        fence_async_shared()
+        gl.thread_barrier()
+        _tma_reduce_add(dq_desc, [head * N_Q + q0, WHICH * DQ_COLS], dq_smem.index(WHICH))
+
+    _store_dk_dv(DK, DV, dk, dv, kv_row, first_key, N_K, sm_scale, acc_layout, HALF_N, HEAD_DIM, WHICH)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _consumer_fused(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full, ds_empty,
+                    dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m, qk_scale,
+                    sm_scale, WHICH: gl.constexpr, HALF_N: gl.constexpr, BLOCK_M: gl.constexpr,
+                    HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, DRAIN_DK: gl.constexpr,
+                    SKIP_MASK: gl.constexpr, num_warps: gl.constexpr):
+    """The fused schedule: the plain one's work (`_consumer`) with fewer stalls: the next tile's lse and
+    delta loaded while this tile computes; dK and dQ issued back to back and drained once, or with
+    DRAIN_DK dK and dV drained before dQ starts (fewer live registers); and with SKIP_MASK the mask only
+    on tiles that reach past an edge or the diagonal."""
+    dtype: gl.constexpr = q_smem.dtype
+    st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                        instr_shape=[16, BLOCK_M, 16])
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                         instr_shape=[16, HEAD_DIM, 16])
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    key_layout: gl.constexpr = gl.SliceLayout(1, st_layout)
+    query_layout: gl.constexpr = gl.SliceLayout(0, st_layout)
+    DQ_COLS: gl.constexpr = HEAD_DIM // 2
+    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                        instr_shape=[16, DQ_COLS, 16])
+    k_tile = k_smem.index(WHICH)
+    v_tile = v_smem.index(WHICH)
+    first_key = key0 + WHICH * HALF_N
+    keys = first_key + gl.arange(0, HALF_N, layout=key_layout)
+    tile_queries = gl.arange(0, BLOCK_M, layout=query_layout)
+    causal_offset = N_K - N_Q
+    st_zero = gl.zeros([HALF_N, BLOCK_M], gl.float32, st_layout)
+    dq_zero = gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout)
+    dk = gl.zeros([HALF_N, HEAD_DIM], gl.float32, acc_layout)
+    dv = gl.zeros([HALF_N, HEAD_DIM], gl.float32, acc_layout)
+    n_t = GROUP * n_m
+    # lse and delta of a tile travel in a compact layout (a value a thread) and take the scores' layout at use
+    compact: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+    compact_queries = gl.arange(0, BLOCK_M, layout=compact)
+    first = m_start * BLOCK_M + compact_queries
+    lse_next = gl.load(Lse + (q_head0 * N_Q + first).to(gl.int64), mask=first < N_Q, other=0.0)
+    delta_next = gl.load(Delta + (q_head0 * N_Q + first).to(gl.int64), mask=first < N_Q, other=0.0)
+    mbarrier.wait(kv_bar, 0)
+    for t in range(n_t):
+        slot = t % STAGES
+        phase = (t // STAGES) & 1
+        head = q_head0 + t // n_m
+        q0 = (m_start + t % n_m) * BLOCK_M
+        queries = q0 + tile_queries
+        lse = gl.convert_layout(lse_next, query_layout) * _LOG2E
+        delta = gl.convert_layout(delta_next, query_layout)
+        # the next tile's lse and delta, in flight while this tile computes
+        t_next = t + 1
+        queries_next = (m_start + t_next % n_m) * BLOCK_M + compact_queries
+        rows_next = ((q_head0 + t_next // n_m) * N_Q + queries_next).to(gl.int64)
+        ok_next = (queries_next < N_Q) & (t_next < n_t)
+        lse_next = gl.load(Lse + rows_next, mask=ok_next, other=0.0)
+        delta_next = gl.load(Delta + rows_next, mask=ok_next, other=0.0)
+        mbarrier.wait(ready.index(slot), phase)
+        q_tile = q_smem.index(slot)
+        do_tile = do_smem.index(slot)
+        st = warpgroup_mma(k_tile, q_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+        dpt = warpgroup_mma(v_tile, do_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+        st = warpgroup_mma_wait(1, deps=[st])
+        pt = gl.exp2(st * qk_scale - gl.expand_dims(lse, 0))
+        if SKIP_MASK:  # a runtime branch: at d128 it costs more spills than the mask it saves
+            needs_mask = (q0 + BLOCK_M > N_Q) | (first_key + HALF_N > N_K)
             if CAUSAL:
-                visible = visible & (offs_n[:, None] <= offs_m[None, :] + (N_K - N_Q))
-            p_t = tl.where(visible, p_t, 0.0)
-        dv = tl.dot(p_t.to(do.dtype), do, dv)
-        dp_t = tl.dot(v, tl.trans(do))
-        ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
-        dk = tl.dot(ds_t, q, dk)
-        dq = tl.dot(tl.trans(ds_t), k) * sm_scale  # [BLOCK_M, HEAD_DIM] float32
-        dq_desc.atomic_add([bh, start_m, 0], dq.reshape([1, BLOCK_M, HEAD_DIM]))
-    return dk, dv
+                needs_mask = needs_mask | (q0 + causal_offset < first_key + HALF_N - 1)
+            if needs_mask:
+                pt = gl.where(_visible(keys, queries, N_Q, N_K, causal_offset, CAUSAL), pt, 0.0)
+        else:
+            pt = gl.where(_visible(keys, queries, N_Q, N_K, causal_offset, CAUSAL), pt, 0.0)
+        pt_op = gl.convert_layout(pt.to(dtype), a_layout)
+        dv = warpgroup_mma(pt_op, do_tile, dv, is_async=True)  # dV += P^T dO
+        dpt = warpgroup_mma_wait(1, deps=[dpt])
+        dst = (pt * (dpt - gl.expand_dims(delta, 0))).to(dtype)
+        buf = t % 2
+        mbarrier.wait(ds_empty.index(buf), ((t // 2) & 1) ^ 1)  # the other consumer has read tile t - 2's
+        ds_smem.index(buf * 2 + WHICH).store(dst)
+        fence_async_shared()
+        gl.thread_barrier()
+        mbarrier.arrive(ds_full.index(buf), count=1)
+        dst_op = gl.convert_layout(dst, a_layout)
+        dk = warpgroup_mma(dst_op, q_tile, dk, is_async=True)  # dK += dS^T Q
+        if DRAIN_DK:  # fewer live registers: dK and dV finish before dQ starts
+            dv, dk = warpgroup_mma_wait(0, deps=[dv, dk])
+        mbarrier.wait(ds_full.index(buf), (t // 2) & 1)
+        dq = warpgroup_mma(ds_smem.index(buf * 2).permute((1, 0)),
+                           k_smem.index(0).slice(WHICH * DQ_COLS, DQ_COLS, dim=1), dq_zero,
+                           use_acc=False, is_async=True)
+        dq = warpgroup_mma(ds_smem.index(buf * 2 + 1).permute((1, 0)),
+                           k_smem.index(1).slice(WHICH * DQ_COLS, DQ_COLS, dim=1), dq, is_async=True)
+        if DRAIN_DK:
+            dq = warpgroup_mma_wait(0, deps=[dq])
+        else:
+            dv, dk, dq = warpgroup_mma_wait(0, deps=[dv, dk, dq])
+        mbarrier.arrive(empty.index(slot), count=1)
+        mbarrier.arrive(ds_empty.index(buf), count=1)
+        tma.store_wait(0)  # the last tile's reduce has read the staging tile
+        gl.thread_barrier()
+        dq_smem.index(WHICH).store(dq * sm_scale)
+        fence_async_shared()
+        gl.thread_barrier()
+        _tma_reduce_add(dq_desc, [head * N_Q + q0, WHICH * DQ_COLS], dq_smem.index(WHICH))
+
+    _store_dk_dv(DK, DV, dk, dv, kv_row, first_key, N_K, sm_scale, acc_layout, HALF_N, HEAD_DIM, WHICH)
+    tma.store_wait(0)
 
 
-@triton.jit
-def _hopper_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, dk_desc, dv_desc, Lse, Delta,
-                Z_HKV, H_KV, GROUP, N_Q, N_K, qk_scale, sm_scale,
-                HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                CAUSAL: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, STAGES: tl.constexpr):
-    # Key block slowest, (batch, kv head) fastest: every head's first key blocks (the longest under a
-    # causal mask) are issued first.
-    pid = tl.program_id(0)
-    start_n = (pid // Z_HKV) * BLOCK_N
-    off_zkv = pid % Z_HKV
-    off_z = off_zkv // H_KV
-    off_hkv = off_zkv % H_KV
-    H = H_KV * GROUP
-    offs_n = start_n + tl.arange(0, BLOCK_N)
-    k = k_desc.load([off_zkv, start_n, 0]).reshape([BLOCK_N, HEAD_DIM])
-    v = v_desc.load([off_zkv, start_n, 0]).reshape([BLOCK_N, HEAD_DIM])
-    dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
-    # Query rows to visit: [lo, mid) the causal band (masked), [mid, even_end) unmasked unless the key
-    # block is ragged, [even_end, N_Q) the ragged last query block (masked); as the portable dK/dV kernel.
-    lo, mid, even_end = _query_bounds(start_n, N_Q, N_K, BLOCK_M, BLOCK_N, CAUSAL, True, EVEN_M)
-    for g in range(0, GROUP):
-        bh = off_z * H + off_hkv * GROUP + g
-        row0 = tl.cast(bh, tl.int64) * N_Q
-        lse_ptr = Lse + row0
-        delta_ptr = Delta + row0
-        dk, dv = _hopper_bwd_inner(dk, dv, k, v, q_desc, do_desc, dq_desc, lse_ptr, delta_ptr, bh, offs_n, lo, mid,
-                                   qk_scale, sm_scale, N_Q, N_K, HEAD_DIM, BLOCK_M, True, CAUSAL, STAGES)
-        dk, dv = _hopper_bwd_inner(dk, dv, k, v, q_desc, do_desc, dq_desc, lse_ptr, delta_ptr, bh, offs_n, mid,
-                                   even_end, qk_scale, sm_scale, N_Q, N_K, HEAD_DIM, BLOCK_M, not EVEN_N, CAUSAL,
-                                   STAGES)
-        dk, dv = _hopper_bwd_inner(dk, dv, k, v, q_desc, do_desc, dq_desc, lse_ptr, delta_ptr, bh, offs_n,
-                                   even_end, N_Q, qk_scale, sm_scale, N_Q, N_K, HEAD_DIM, BLOCK_M, True, CAUSAL,
-                                   STAGES)
-    dk_desc.store([off_zkv, start_n, 0], (dk * sm_scale).to(dk_desc.dtype).reshape([1, BLOCK_N, HEAD_DIM]))
-    dv_desc.store([off_zkv, start_n, 0], dv.to(dv_desc.dtype).reshape([1, BLOCK_N, HEAD_DIM]))
+@gluon.jit
+def _hopper_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, DK, DV, N_Q, N_K, KV_HEADS, GROUP,
+                qk_scale, sm_scale, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+                CAUSAL: gl.constexpr, FUSED: gl.constexpr, num_warps: gl.constexpr):
+    """A program: 2 x HALF_N keys of one (batch, kv head); warps: consumer 0 (the default partition),
+    consumer 1 and the producer."""
+    HALF: gl.constexpr = k_desc.block_type.shape[0]
+    key0 = gl.program_id(0) * 2 * HALF
+    off_hkv = gl.program_id(1)  # batch * KV_HEADS + kv head
+    q_head0 = (off_hkv // KV_HEADS) * (KV_HEADS * GROUP) + (off_hkv % KV_HEADS) * GROUP
+    kv_row = off_hkv * N_K + key0
+    n_m_total = gl.cdiv(N_Q, BLOCK_M)
+    if CAUSAL:  # the block's first key is visible from query key0 - (N_K - N_Q) on
+        m_start = gl.maximum(key0 - (N_K - N_Q), 0) // BLOCK_M
+    else:
+        m_start = 0
+    n_m = gl.maximum(n_m_total - m_start, 0)
+
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], do_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [2, HALF, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [2, HALF, HEAD_DIM], v_desc.layout)
+    ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HALF, BLOCK_M], dtype)
+    ds_smem = gl.allocate_shared_memory(dtype, [4, HALF, BLOCK_M], ds_layout)  # 2 buffers x 2 consumers
+    dq_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M, HEAD_DIM // 2], dq_desc.layout)  # a consumer each
+    ds_full = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    ds_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)  # both consumers release a slot
+    for i in gl.static_range(2):
+        mbarrier.init(ds_full.index(i), count=2)
+        mbarrier.init(ds_empty.index(i), count=2)
+
+    if FUSED:
+        gl.warp_specialize([
+            (_consumer_fused, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full,
+                               ds_empty, dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K,
+                               m_start, n_m, qk_scale, sm_scale, 0, HALF, BLOCK_M, HEAD_DIM, STAGES, CAUSAL,
+                               True, HEAD_DIM == 64, num_warps)),
+            (_consumer_fused, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full,
+                               ds_empty, dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K,
+                               m_start, n_m, qk_scale, sm_scale, 1, HALF, BLOCK_M, HEAD_DIM, STAGES, CAUSAL,
+                               True, HEAD_DIM == 64, num_warps)),
+            (_producer, (q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
+                         kv_row, q_head0, GROUP, N_Q, m_start, n_m, BLOCK_M, STAGES)),
+        ], [_CONSUMER_WARPS, 1], [_CONSUMER_REGS, _PRODUCER_REGS])
+    else:
+        gl.warp_specialize([
+            (_consumer, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full, ds_empty,
+                         dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m,
+                         qk_scale, sm_scale, 0, HALF, BLOCK_M, HEAD_DIM, STAGES, CAUSAL, num_warps)),
+            (_consumer, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full, ds_empty,
+                         dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m,
+                         qk_scale, sm_scale, 1, HALF, BLOCK_M, HEAD_DIM, STAGES, CAUSAL, num_warps)),
+            (_producer, (q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
+                         kv_row, q_head0, GROUP, N_Q, m_start, n_m, BLOCK_M, STAGES)),
+        ], [_CONSUMER_WARPS, 1], [_CONSUMER_REGS, _PRODUCER_REGS])
 
 
-def _rows(t: torch.Tensor, block_rows: int) -> TensorDescriptor:
-    """A (batch x head, rows, head dim) descriptor of a (B, H, N, D) tensor whose heads' rows are contiguous."""
-    b, h, n, d = t.shape
-    return TensorDescriptor(t, [b * h, n, d], [n * d, d, 1], [1, block_rows, d])
+def dq_descriptor(dq_acc: torch.Tensor) -> TensorDescriptor:
+    """The float32 dQ accumulator (B, H, N, D) as one (B*H*N, D) matrix in tiles of BLOCK_M rows x D/2
+    columns. A query tile past its head's last row reaches into the next head's rows: those rows of dS
+    are zero, so the reduce adds zeros there."""
+    b, h, n, d = dq_acc.shape
+    layout = gl.NVMMASharedLayout.get_default_for([BLOCK_M, d // 2], gl.float32)
+    return TensorDescriptor(dq_acc, [b * h * n, d], [d, 1], [BLOCK_M, d // 2], layout)
+
+
+def kernel_args(q, k, v, do, dq_acc, lse, delta, dk, dv, softmax_scale: float, causal: bool,
+                schedule: str | None = None, stages: int | None = None) -> tuple[tuple, dict]:
+    """The positional and keyword arguments of one `_hopper_bwd` launch (tests/hopper_compile.py
+    compiles from them too)."""
+    batch, heads, n_q, head_dim = q.shape
+    kv_heads, n_k = k.shape[1], k.shape[2]
+    default_schedule, default_stages = SCHEDULES[head_dim]
+    args = (_hopper._descriptor(q, BLOCK_M), _hopper._descriptor(k, HALF_N), _hopper._descriptor(v, HALF_N),
+            _hopper._descriptor(do, BLOCK_M), dq_descriptor(dq_acc), lse, delta, dk, dv, n_q, n_k, kv_heads,
+            heads // kv_heads, softmax_scale * _hopper.LOG2E, softmax_scale)
+    constants = dict(BLOCK_M=BLOCK_M, HEAD_DIM=head_dim, STAGES=stages or default_stages, CAUSAL=bool(causal),
+                     FUSED=(schedule or default_schedule) == "fused", num_warps=CONSUMER_WARPS)
+    return args, constants
 
 
 def hopper_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                    lse: torch.Tensor, softmax_scale: float, causal: bool,
-                    tiles: TileConfig | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                    lse: torch.Tensor, softmax_scale: float, causal: bool, schedule: str | None = None,
+                    stages: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv of attention(q, k, v) given the output, its log-sum-exp and d_out (callers check
-    `hopper_unsupported` first; do may have any strides: it is made contiguous here)."""
+    `hopper_unsupported` first; do and out may have any strides: they are made contiguous here).
+    `schedule` ("plain" or "fused") and `stages` override SCHEDULES (for the tests and probes). Both
+    kernels launch as the Hopper forward does: through Triton's JIT on a shape's first call, then
+    directly (`kernels._launch`)."""
     batch, heads, n_q, head_dim = q.shape
-    kv_heads, n_k = k.shape[1], k.shape[2]
-    tiles = tiles or default_config(head_dim)
-    do = do.contiguous()
-    out = out.contiguous()
-    dq = torch.empty_like(q)
-    dk = torch.empty_like(k)
-    dv = torch.empty_like(v)
+    do, out = _hopper.aligned(do.contiguous()), out.contiguous()  # TMA reads 16-byte aligned addresses only
+    q, k, v = _hopper.aligned(q), _hopper.aligned(k), _hopper.aligned(v)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
     delta = torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32)
     dq_acc = torch.empty((batch, heads, n_q, head_dim), device=q.device, dtype=torch.float32)
     delta_block = 64
     launch_kernel(_attn_bwd_delta, (triton.cdiv(n_q, delta_block) * batch * heads,),
                   out, do, delta, dq_acc, *strides(out, False), *strides(do, False), heads, n_q, delta, 0,
                   HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=delta_block, VARLEN=False, ZERO_DQ=True)
-    bm, bn = tiles.block_m, tiles.block_n
-    grid = (triton.cdiv(n_k, bn) * batch * kv_heads,)
-    # Through Triton's JIT: launch_kernel's direct path keys on argument values, and a descriptor
-    # holds its tensor's address.
-    _hopper_bwd[grid](_rows(q, bm), _rows(k, bn), _rows(v, bn), _rows(do, bm), _rows(dq_acc, bm), _rows(dk, bn),
-                      _rows(dv, bn), lse.contiguous(), delta, batch * kv_heads, kv_heads, heads // kv_heads, n_q, n_k,
-                      softmax_scale * LOG2E, softmax_scale,
-                      HEAD_DIM=head_dim, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=bool(causal), EVEN_M=n_q % bm == 0,
-                      EVEN_N=n_k % bn == 0, STAGES=tiles.num_stages, num_warps=tiles.num_warps, num_stages=1)
-    dq.copy_(dq_acc)
-    return dq, dk, dv
+    lse = lse.contiguous()
+    default_schedule, default_stages = SCHEDULES[head_dim]
+    schedule, stages = schedule or default_schedule, stages or default_stages
+    grid = (triton.cdiv(k.shape[2], BLOCK_N), batch * k.shape[1])
+
+    def jit_launch():
+        args, constants = kernel_args(q, k, v, do, dq_acc, lse, delta, dk, dv, softmax_scale, causal, schedule,
+                                      stages)
+        return _hopper_bwd[grid](*args, **constants, maxnreg=MAX_REGS)
+
+    def direct_args():
+        return (row_descriptor(q), row_descriptor(k), row_descriptor(v), row_descriptor(do), row_descriptor(dq_acc),
+                lse, delta, dk, dv, n_q, k.shape[2], k.shape[1], heads // k.shape[1], softmax_scale * _hopper.LOG2E,
+                softmax_scale, BLOCK_M, head_dim, stages, bool(causal), schedule == "fused", CONSUMER_WARPS)
+
+    # lse is the only input allocated outside: its alignment is part of the specialisation
+    launch_keyed(("hopper_bwd", q.dtype, tuple(q.shape), tuple(k.shape), schedule, stages, bool(causal),
+                  lse.data_ptr() % 16 == 0), grid, direct_args, jit_launch)
+    return dq_acc.to(q.dtype), dk, dv

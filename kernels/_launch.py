@@ -23,11 +23,18 @@ depend on non-tensor arguments only (ours read lengths, tile sizes and switches)
 The JIT path is kept where the direct one would skip something: with `enabled` False, with a
 Triton launch hook installed (profilers), and for anything that is not a JIT function (the
 interpreter's kernels, the compile check's recorders).
+
+The Hopper kernels take tensor descriptors, which hold their tensor's address, so a signature of
+argument values would never repeat. `launch_keyed` serves them instead: the caller names a key
+that fixes everything the compiled kernel is specialised on (for those kernels: the device, the
+dtype, every shape and the compile-time constants), and later calls with that key hand the
+arguments, with `HostDescriptor`s in place of the descriptors, straight to the compiled launcher.
 """
 
 from __future__ import annotations
 
 from operator import itemgetter
+from typing import NamedTuple
 
 import torch
 from triton import knobs
@@ -42,6 +49,7 @@ enabled = True  # False: every launch through Triton's JIT (to time the differen
 
 _sites: dict = {}  # (kernel, argument types, keyword names) -> _Site, or None where the JIT must run
 _compiled: dict = {}  # signature -> (CompiledKernel, values of the parameters the call leaves out)
+_keyed: dict = {}  # (device, caller's key) -> CompiledKernel, for launch_keyed
 
 
 def _getter(indices: list[int]):
@@ -139,4 +147,44 @@ def launch_kernel(kernel, grid: tuple, *args, **kwargs):
     grid_z = grid[2] if len(grid) > 2 else 1
     compiled.run(grid[0], grid_y, grid_z, stream, compiled.function, compiled.packed_metadata, None, None, None,
                  *site.ordered(full + left_out))
+    return compiled
+
+
+class HostDescriptor(NamedTuple):
+    """What a compiled kernel's launcher reads of a host tensor descriptor (Triton 3.6's
+    `make_tensordesc_arg` in triton/backends/nvidia/driver.py: base, shape, strides, padding; the
+    block shape and swizzle come from the compiled kernel). Cheaper to build than Triton's
+    TensorDescriptor dataclasses, which validate their tensor and compute a layout on every call."""
+    base: torch.Tensor
+    shape: list
+    strides: list
+    padding: str = "zero"
+
+
+def row_descriptor(t: torch.Tensor) -> HostDescriptor:
+    """A dense (B, H, N, D) tensor as one (B*H*N, D) matrix, as the Hopper kernels address it."""
+    b, h, n, d = t.shape
+    return HostDescriptor(t, [b * h * n, d], [d, 1])
+
+
+def launch_keyed(key: tuple, grid: tuple, direct_args, jit_launch):
+    """Launch the compiled kernel kept under (current device, `key`) with `direct_args()` (every
+    parameter of the kernel in order, compile-time constants included, HostDescriptors for the
+    descriptors), or, on the key's first call (and with `enabled` False or a launch hook set), call
+    `jit_launch()`, which launches through Triton's JIT and returns the compiled kernel, and keep it.
+    `key` must fix everything the compiled kernel is specialised on."""
+    device, stream = _device_and_stream()
+    full_key = (device, key)
+    compiled = _keyed.get(full_key) if enabled and not _hooks_set() else None
+    if compiled is None:
+        compiled = jit_launch()
+        if enabled:
+            if len(_keyed) >= MAX_SIGNATURES:
+                _keyed.clear()
+            _keyed[full_key] = compiled
+        return compiled
+    grid_y = grid[1] if len(grid) > 1 else 1
+    grid_z = grid[2] if len(grid) > 2 else 1
+    compiled.run(grid[0], grid_y, grid_z, stream, compiled.function, compiled.packed_metadata, None, None, None,
+                 *direct_args())
     return compiled

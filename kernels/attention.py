@@ -17,8 +17,9 @@ the same seed reaches both passes.
 
 Every switch of the ablations is a keyword argument here (see `flash_attention`); none of them
 changes the result beyond rounding, except that `atomic_dq=True` gives up bitwise determinism.
-`deterministic` is flash-attn's keyword: the backward is deterministic with either value (dQ
-has its own kernel, the faster path here), and deterministic=True refuses atomic_dq=True.
+`deterministic` is flash-attn's keyword: True keeps the bitwise-reproducible portable backward (dQ
+has its own kernel) and refuses atomic_dq=True and hopper_backward=True; False (the default, as in
+flash-attn) lets sm_90 run the one-pass Hopper backward, whose dQ additions land in any order.
 `algorithm="fa1"` swaps both passes for FlashAttention-1's own kernels (`_fa1.py`: one program
 per (batch, head), key blocks outside, query blocks inside, O, l, m and dQ through HBM every
 step); the other switches are ablations of the FA2 kernels and must keep their defaults with it.
@@ -56,6 +57,11 @@ ALGORITHMS = ("fa2", "fa1")
 # where it covers the call): at 128 it is 1.26-1.39x the portable forward on the H200 and at or above
 # cuDNN's from 8k; at 64 only 0.98-1.11x, so 64 stays on the portable kernel (notes/perf.md, v12).
 HOPPER_DEFAULT_HEAD_DIMS = (128,)
+# (head dim, causal) at which flash_attention runs the Hopper backward (kernels/_hopper_bwd.py) when
+# `hopper_backward` is not given, deterministic=False and the kernel covers the call: where its draft
+# was faster than the portable backward on the H200 (1.05-1.20x at 64, 1.04-1.09x at 128 full; at 128
+# causal 0.95-1.01x, so that stays portable; notes/gluon_bwd_draft_bench_v3_h200.csv).
+HOPPER_BACKWARD_DEFAULTS = ((64, False), (64, True), (128, False))
 
 
 def _interpreter_on() -> bool:
@@ -171,8 +177,7 @@ def _backward_impl(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
         if opts.hopper_backward:
             from kernels._hopper_bwd import hopper_backward
 
-            tiles = None if opts.fit_bwd_tiles else TileConfig(*opts.bwd_tiles)
-            return hopper_backward(do, q, k, v, out, lse, opts.softmax_scale, opts.causal, tiles)
+            return hopper_backward(do, q, k, v, out, lse, opts.softmax_scale, opts.causal)
         return attention_backward(do, q, k, v, out, lse, scores, opts, alibi_slopes, dropout_seed,
                                   cu_seqlens_q, cu_seqlens_k)
 
@@ -339,16 +344,16 @@ def _negated_fp8(t: torch.Tensor) -> torch.Tensor:
     return (t.view(torch.uint8) ^ 0x80).view(t.dtype)
 
 
-def _hopper_gaps(q, k, v, opts: AttentionOptions, alibi, varlen: bool, fwd_tiles, switch: str = "hopper") -> list[str]:
+def _hopper_gaps(q, k, v, opts: AttentionOptions, alibi, varlen: bool, tiles, switch: str = "hopper") -> list[str]:
     """Everything this call asks for that the Hopper forward (kernels/_hopper.py), or with
     switch="hopper_backward" the one-pass Hopper backward (kernels/_hopper_bwd.py), does not do;
-    empty where it can run."""
+    empty where it can run. `tiles`: the call's fwd_tiles (bwd_tiles for the backward)."""
     from kernels._hopper import hopper_unsupported
 
     used = opts.features + (["alibi_slopes"] if alibi is not None else [])
     used += [name for name, on in (("cu_seqlens_q/cu_seqlens_k (packed batches)", varlen),
                                    (f"algorithm={opts.algorithm!r}", opts.algorithm != "fa2"),
-                                   ("fwd_tiles", switch == "hopper" and fwd_tiles is not None),
+                                   ("fwd_tiles" if switch == "hopper" else "bwd_tiles", tiles is not None),
                                    ("recompute=False", not opts.recompute),
                                    ("deferred_rescale=False", switch == "hopper" and not opts.deferred_rescale),
                                    ("seq_parallel=False", not opts.seq_parallel),
@@ -357,10 +362,10 @@ def _hopper_gaps(q, k, v, opts: AttentionOptions, alibi, varlen: bool, fwd_tiles
     return used + hopper_unsupported(q, k, v, opts.causal)
 
 
-def _check_hopper(q, k, v, opts: AttentionOptions, alibi, varlen: bool, fwd_tiles, switch: str = "hopper") -> None:
+def _check_hopper(q, k, v, opts: AttentionOptions, alibi, varlen: bool, tiles, switch: str = "hopper") -> None:
     """NotImplementedError naming everything a hopper=True (or hopper_backward=True) call asks for
     that the Hopper kernel lacks; nothing is ignored or quietly sent elsewhere."""
-    used = _hopper_gaps(q, k, v, opts, alibi, varlen, fwd_tiles, switch)
+    used = _hopper_gaps(q, k, v, opts, alibi, varlen, tiles, switch)
     if used:
         which = "forward" if switch == "hopper" else "backward"
         raise NotImplementedError(f"{switch}=True does not support {'; '.join(used)}: the Hopper {which} covers "
@@ -382,6 +387,15 @@ def hopper_forward_by_default(head_dim: int, device: torch.device) -> bool:
     return _is_sm90(device.index if device.index is not None else torch.cuda.current_device())
 
 
+def hopper_backward_by_default(head_dim: int, causal: bool, device: torch.device) -> bool:
+    """Whether flash_attention(hopper_backward=None, deterministic=False), the default, runs the Hopper
+    backward on `device` where the kernel covers the call: sm_90 (not under Triton's interpreter) and
+    (head_dim, causal) in HOPPER_BACKWARD_DEFAULTS."""
+    if device.type != "cuda" or _interpreter_on() or (head_dim, bool(causal)) not in HOPPER_BACKWARD_DEFAULTS:
+        return False
+    return _is_sm90(device.index if device.index is not None else torch.cuda.current_device())
+
+
 def _draw_dropout_seed(device: torch.device) -> torch.Tensor:
     """One Philox seed from torch's default generator of `device` (drawn there: no host-device
     copy), so torch.manual_seed reproduces the mask."""
@@ -398,7 +412,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                     cu_seqlens_q: torch.Tensor | None = None, cu_seqlens_k: torch.Tensor | None = None,
                     max_seqlen_q: int = 0, max_seqlen_k: int = 0, q_descale: torch.Tensor | None = None,
                     k_descale: torch.Tensor | None = None, v_descale: torch.Tensor | None = None,
-                    hopper: bool | None = None, hopper_overlap: bool = True, hopper_backward: bool = False):
+                    hopper: bool | None = None, hopper_overlap: bool = True,
+                    hopper_backward: bool | None = None):
     """Exact attention softmax(q k^T * scale) v with FlashAttention-2 kernels (or FlashAttention-1's).
 
     Args:
@@ -426,8 +441,10 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         return_probs: also return (last) the probabilities the forward used, (B, H, Nq, Nk)
             float32, 0 where masked and negated where dropout dropped them (flash-attn's S_dmask
             convention: the kept mask is probs >= 0). A slow debug launch; for tests.
-        deterministic: flash-attn's keyword. The backward is bitwise reproducible with either
-            value (dQ has its own kernel); True only refuses atomic_dq=True (ValueError).
+        deterministic: flash-attn's keyword (default False, as there). True makes the backward
+            bitwise reproducible: the portable backward, whose dQ has its own kernel, and a
+            ValueError with atomic_dq=True or hopper_backward=True. False lets the default pick
+            the Hopper backward (below), whose dQ is a sum of TMA reduce-adds in any order.
 
     Ablation switches (keyword-only; the defaults are FlashAttention-2):
         algorithm: "fa2" (the default) or "fa1": both passes run FlashAttention-1's kernels
@@ -494,8 +511,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
             says which. True runs the forward on kernels/_hopper.py (sm_90 only: TMA loads by a
             warp-specialised producer warp, two consumer warpgroups on asynchronous wgmma with
             the softmax of one key tile overlapped with P V of the previous one) and False on
-            the portable kernel (the ablations of the FlashAttention-2 kernels pin it). Either
-            way the backward stays the portable one, fed by the forward's output and lse. The
+            the portable kernel (the ablations of the FlashAttention-2 kernels pin it). The
+            backward is chosen on its own (`hopper_backward`), fed by the forward's output and lse. The
             Hopper forward covers float16 and bfloat16, head dims 64 and 128, causal
             (seqlen_q <= seqlen_k) and full masks, grouped-query attention, and inputs whose
             heads' rows are contiguous ((B, H, N, D) dense); with hopper=True anything else,
@@ -505,13 +522,17 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         hopper_overlap: with hopper=True, False runs the consumers serially (S, softmax, P V,
             one tile after another): the ablation of the overlap. Without hopper=True it must
             stay True (ValueError).
-        hopper_backward: True runs the backward in one pass on kernels/_hopper_bwd.py (sm_90
-            only: Q and dO streamed by TMA, dQ added into a float32 accumulator by TMA
-            reduce-add instead of the portable backward's separate dQ kernel); with either
-            forward. Off by default (slower than the portable backward on the H200, v12). Same
-            coverage as hopper=True, else NotImplementedError; not bitwise reproducible, so
-            deterministic=True with it is a ValueError. bwd_tiles sets its (query rows, keys,
-            warps, stages).
+        hopper_backward: None (the default) picks the backward per call: with
+            deterministic=False, on sm_90 at the (head dim, causal) pairs of
+            HOPPER_BACKWARD_DEFAULTS, the Hopper backward where it covers the call, the portable
+            one everywhere else; `hopper_backward_by_default` says which. True runs it on
+            kernels/_hopper_bwd.py (sm_90 only; one warp-specialised pass: Q and dO streamed by
+            TMA, dK and dV in registers, dQ added into a float32 accumulator by TMA reduce-add
+            instead of the portable backward's separate dQ kernel), after either forward; False
+            the portable backward (the ablations of the FlashAttention-2 kernels pin it). Same
+            coverage as hopper=True, and not with bwd_tiles (its tiles are fixed), else
+            NotImplementedError; not bitwise reproducible, so deterministic=True with it is a
+            ValueError.
 
     Returns o (B, H, Nq, D), laid out like q where q is dense (bfloat16 for fp8 inputs), then
     lse with return_lse, then the probabilities with return_probs (a tuple when either is set).
@@ -524,6 +545,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     _check_algorithm(algorithm)
     if hopper is not None and not isinstance(hopper, bool):
         raise ValueError(f"hopper must be None (the default: chosen per call), True or False, got {hopper!r}")
+    if hopper_backward is not None and not isinstance(hopper_backward, bool):
+        raise ValueError(f"hopper_backward must be None (the default: chosen per call), True or False, "
+                         f"got {hopper_backward!r}")
     if hopper is not True and not hopper_overlap:
         raise ValueError("hopper_overlap=False is a switch of the Hopper forward: it needs hopper=True")
     varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
@@ -538,7 +562,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     if deterministic and atomic_dq:
         raise ValueError("deterministic=True cannot be combined with atomic_dq=True (atomic adds give up bitwise "
                          "determinism)")
-    if deterministic and hopper_backward:
+    if deterministic and hopper_backward is True:
         raise ValueError("deterministic=True cannot be combined with hopper_backward=True (its dQ is a sum of "
                          "TMA reduce-adds in any order)")
     if algorithm == "fa1":
@@ -572,7 +596,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                            "atomic_dq=True": bool(atomic_dq), "recompute=False": not recompute,
                            "deferred_rescale=False": not deferred_rescale, "seq_parallel=False": not seq_parallel,
                            "skip_masked_tiles=False": not skip_masked_tiles, "hopper=True": hopper is True,
-                           "hopper_backward=True": bool(hopper_backward)})
+                           "hopper_backward=True": hopper_backward is True})
         kv_heads = k.shape[1]
         descales = (_check_descale("q_descale", q_descale, batch, q.shape[1], q),
                     _check_descale("k_descale", k_descale, batch, kv_heads, q),
@@ -597,7 +621,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         recompute=bool(recompute), deferred_rescale=bool(deferred_rescale), seq_parallel=bool(seq_parallel),
         skip_masked_tiles=bool(skip_masked_tiles), atomic_dq=bool(atomic_dq), algorithm=algorithm,
         max_seqlen_q=int(max_seqlen_q) if varlen else 0, max_seqlen_k=int(max_seqlen_k) if varlen else 0,
-        hopper=bool(hopper), hopper_overlap=bool(hopper_overlap), hopper_backward=bool(hopper_backward))
+        hopper=bool(hopper), hopper_overlap=bool(hopper_overlap), hopper_backward=hopper_backward is True)
     if varlen:
         check_varlen(opts, cu_seqlens_q, cu_seqlens_k)
     features = opts.features + (["alibi_slopes"] if alibi is not None else [])
@@ -608,11 +632,16 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
     if hopper:
         _check_hopper(q, k, v, opts, alibi, varlen, fwd_tiles)
-    elif hopper is None and hopper_forward_by_default(head_dim, q.device) and not _hopper_gaps(
-            q, k, v, opts, alibi, varlen, fwd_tiles):
-        opts = dataclasses.replace(opts, hopper=True)
     if hopper_backward:
-        _check_hopper(q, k, v, opts, alibi, varlen, fwd_tiles, switch="hopper_backward")
+        _check_hopper(q, k, v, opts, alibi, varlen, bwd_tiles, switch="hopper_backward")
+    default_forward = hopper is None and hopper_forward_by_default(head_dim, q.device)
+    default_backward = (hopper_backward is None and not deterministic
+                        and hopper_backward_by_default(head_dim, causal, q.device))
+    if default_forward or default_backward:
+        opts = dataclasses.replace(
+            opts, hopper=opts.hopper or (default_forward and not _hopper_gaps(q, k, v, opts, alibi, varlen, fwd_tiles)),
+            hopper_backward=opts.hopper_backward or (default_backward and not _hopper_gaps(
+                q, k, v, opts, alibi, varlen, bwd_tiles, switch="hopper_backward")))
 
     def result(out, lse, probs):
         extra = ((lse,) if return_lse else ()) + ((probs,) if return_probs else ())

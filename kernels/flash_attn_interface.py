@@ -26,9 +26,10 @@ Training features, in the kernels forward and backward, with flash-attn's semant
 - softcap > 0: scores = softcap * tanh(scale * q.k / softcap), then the softmax.
 - alibi_slopes: float32 (H,) or (B, H); adds -slope * |i + Nk - Nq - j| to the scores (varlen:
   sequence b uses row b of (B, H) slopes).
-- deterministic: either value gives a bitwise-reproducible backward: dQ has its own kernel, which
-  on the H200 is also faster than flash-attn's atomic accumulation (notes/perf.md, v4); the atomic
-  path is `kernels.flash_attention(..., atomic_dq=True)`, an ablation.
+- deterministic: True gives a bitwise-reproducible backward (the portable one: dQ has its own
+  kernel). False, the default as in flash-attn, lets `kernels.flash_attention`'s default pick the
+  one-pass Hopper backward on sm_90 where it covers the call (inputs whose heads' rows are
+  contiguous: with this API's (B, N, H, D) layout, one head), whose dQ additions land in any order.
 - block_table (flash_attn_varlen_func): a paged K/V cache, gathered into a packed copy before
   the kernels run (see the function's docstring).
 
@@ -373,7 +374,7 @@ def flash_attn_func(
         window_size: (left, right) sliding window, -1 unbounded (see the module docstring).
         softcap: > 0 caps the scores with softcap * tanh(scores / softcap); 0 is off.
         alibi_slopes: None, or float32 (H,) or (B, H) ALiBi slopes.
-        deterministic: accepted with either value; the backward is bitwise reproducible.
+        deterministic: True: a bitwise-reproducible backward (see the module docstring).
         return_attn_probs: also return softmax_lse (B, H, Nq), float32, no gradient (+inf for
             rows that see no key), and S_dmask: with dropout the probabilities with dropped
             entries negated, (B, H, Nq, Nk); without, an empty tensor as flash-attn returns.

@@ -42,7 +42,7 @@ class AttentionOptions:
     algorithm: str = "fa2"
     hopper: bool = False  # the forward on the Hopper kernel (kernels/_hopper.py) instead of the portable one
     hopper_overlap: bool = True  # hopper: the softmax of one key tile overlapped with P V of the previous one
-    hopper_backward: bool = False  # the backward in one pass on kernels/_hopper_bwd.py (dQ by TMA reduce-add)
+    hopper_backward: bool = False  # the backward in one pass on kernels/_hopper_bwd.py (Gluon, dQ by TMA reduce-add)
     max_seqlen_q: int = 0  # packed (varlen) batches only: the longest sequences, which size the grid
     max_seqlen_k: int = 0
 

@@ -24,7 +24,6 @@ from triton._C.libtriton import native_specialize_impl
 from triton.backends.compiler import BaseBackend, GPUTarget
 from triton.backends.nvidia.compiler import get_ptxas
 from triton.compiler import make_backend
-from triton.compiler.compiler import ASTSource
 from triton.experimental.gluon._runtime import GluonASTSource
 
 from kernels import _hopper, _hopper_bwd
@@ -68,30 +67,30 @@ def compile_config(head_dim: int, causal: bool, overlap: bool, dtype=torch.float
 
 
 def compile_backward(head_dim: int, causal: bool, dtype=torch.float16, n: int = 4096) -> str:
-    """The one-pass backward at its default tiles for sm_90a; a line with its MMA, TMA and ptxas counts."""
-    tiles = _hopper_bwd.default_config(head_dim)
+    """The one-pass backward at its default schedule for sm_90a; a line with its MMA, TMA and ptxas counts."""
     x = torch.empty(1, 2, n, head_dim, dtype=dtype)
-    acc = torch.empty(1, 2, n, head_dim, dtype=torch.float32)
     f32 = torch.empty(1, dtype=torch.float32)
-    bm, bn = tiles.block_m, tiles.block_n
-    rows = _hopper_bwd._rows
-    args = dict(q_desc=rows(x, bm), k_desc=rows(x, bn), v_desc=rows(x, bn), do_desc=rows(x, bm),
-                dq_desc=rows(acc, bm), dk_desc=rows(x, bn), dv_desc=rows(x, bn), Lse=f32, Delta=f32)
-    signature = {name: native_specialize_impl(BaseBackend, value, False, True, True)[0] for name, value in args.items()}
-    signature.update(Z_HKV="i32", H_KV="i32", GROUP="i32", N_Q="i32", N_K="i32", qk_scale="fp32", sm_scale="fp32")
-    constants = dict(HEAD_DIM=head_dim, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal, EVEN_M=True, EVEN_N=True,
-                     STAGES=tiles.num_stages)
-    signature.update({name: "constexpr" for name in constants})
+    args, constants = _hopper_bwd.kernel_args(x, x, x, x, torch.empty(1, 2, n, head_dim), f32, f32, x, x,
+                                              head_dim ** -0.5, causal)
     kernel = _hopper_bwd._hopper_bwd
-    constexprs = {(kernel.arg_names.index(name),): value for name, value in constants.items()}
-    options = make_backend(SM90).parse_options(dict(num_warps=tiles.num_warps, num_stages=1))
+    names = kernel.arg_names
+    signature = {}
+    for name, value in zip(names, args):
+        if isinstance(value, (torch.Tensor, _hopper_bwd.TensorDescriptor)):
+            signature[name] = native_specialize_impl(BaseBackend, value, False, True, True)[0]
+        else:
+            signature[name] = "fp32" if isinstance(value, float) else "i32"
+    signature.update({name: "constexpr" for name in constants})
+    constexprs = {(names.index(name),): value for name, value in constants.items()}
+    options = make_backend(SM90).parse_options(dict(num_warps=constants["num_warps"], maxnreg=_hopper_bwd.MAX_REGS))
     start = time.time()
-    compiled = triton.compile(ASTSource(kernel, signature, constexprs, {}), target=SM90, options=options.__dict__)
+    compiled = triton.compile(GluonASTSource(kernel, signature, constexprs, {}), target=SM90, options=options.__dict__)
     ptx = compiled.asm["ptx"]
     arch, info = _ptxas_report(ptx)
-    return (f"bwd d{head_dim} causal={causal}: {arch} shared={compiled.metadata.shared} "
-            f"wgmma={ptx.count('wgmma.mma_async')} tma_reduce={ptx.count('cp.reduce.async.bulk.tensor')} "
-            f"tma_load={ptx.count('cp.async.bulk.tensor')} ({time.time() - start:.1f} s) | {info}")
+    return (f"bwd d{head_dim} causal={causal} fused={constants['FUSED']}: {arch} shared={compiled.metadata.shared} "
+            f"wgmma={ptx.count('wgmma.mma_async')} setmaxnreg={ptx.count('setmaxnreg')} "
+            f"tma_reduce={ptx.count('cp.reduce.async.bulk.tensor')} tma_load={ptx.count('cp.async.bulk.tensor')} "
+            f"({time.time() - start:.1f} s) | {info}")
 
 
 def main() -> int:

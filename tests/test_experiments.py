@@ -126,16 +126,19 @@ def test_hopper_grid_sets_each_arm_beside_cudnn_on_every_shape():
     cells = grid.hopper(s)
     shapes = {(c.mode, c.head_dim, c.causal, c.seqlen_q) for c in cells}
     assert len(shapes) == len(s["modes"]) * len(s["head_dims"]) * len(s["causal"]) * len(s["seqlens"])
-    forward_arms = {("ours", "portable"): {"hopper": False}, ("ours", "hopper_serial"): {"hopper": True, "hopper_overlap": False},
-                    ("ours", "hopper"): {"hopper": True}}
+    portable = {"hopper": False, "hopper_backward": False}
+    forward_arms = {("ours", "portable"): portable,
+                    ("ours", "hopper_serial"): {"hopper": True, "hopper_overlap": False, "hopper_backward": False},
+                    ("ours", "hopper"): {"hopper": True, "hopper_backward": False}}
     one_pass = {("ours", "hopper_bwd"): {"hopper": True, "hopper_backward": True}}
     expected = {"fwd": forward_arms, "fwd_bwd": {**forward_arms, **one_pass},
-                "bwd": {("ours", "portable"): {"hopper": False}, **one_pass}}
+                "bwd": {("ours", "portable"): portable, **one_pass}}
     for shape in shapes:
         arms = {(c.provider, c.variant): dict(c.switches) for c in cells if (c.mode, c.head_dim, c.causal, c.seqlen_q) == shape}
         assert arms == {**expected[shape[0]], **{(peer, "default"): {} for peer in s["peers"]}}
     one_pass_row = next(c for c in cells if c.variant == "hopper_bwd" and c.mode == "bwd")
-    assert providers.tile_columns(one_pass_row) == dict(block_m=64, block_n=128, num_warps=8, num_stages=3, recompute=1)
+    assert providers.tile_columns(one_pass_row) == dict(block_m=64, block_n=128, num_warps=12, recompute=1,
+                                                        num_stages=3 if one_pass_row.head_dim == 64 else 2)
     hopper_row = next(c for c in cells if c.variant == "hopper" and c.mode == "fwd")
     assert providers.tile_columns(hopper_row)["num_warps"] == 12  # the Hopper kernel's, not the portable default
     assert providers.tile_columns(next(c for c in cells if c.variant == "portable" and c.mode == "fwd"))["num_warps"] != 12
@@ -144,10 +147,11 @@ def test_hopper_grid_sets_each_arm_beside_cudnn_on_every_shape():
 @pytest.mark.parametrize("ablation", ["tiles", "causal", "recompute", "fa1_vs_fa2"])
 def test_ablations_of_the_portable_kernels_pin_them(ablation):
     """On sm_90 at head dim 128 the default forward is the Hopper kernel: these ablations study the
-    FlashAttention-2 kernels, so every one of their cells runs hopper=False."""
+    FlashAttention-2 kernels, so every one of their cells runs hopper=False and hopper_backward=False."""
     cells = grid.cells(ablation, SETTINGS[ablation], on_gpu=True)
     ours = [c for c in cells if c.provider == "ours"]
     assert ours and all(dict(c.switches)["hopper"] is False for c in ours)
+    assert all(dict(c.switches)["hopper_backward"] is False for c in ours)
 
 
 def test_engine_ablations_run_the_defaults():

@@ -148,8 +148,10 @@ def test_each_arm_of_ours_passes_its_feature_to_the_engine(settings, engine):
         q, k, v, _ = providers.inputs(cell, CPU)
         providers.attention(cell, CPU)(q, k, v)
     calls = {cell.variant: call for cell, call in zip(cells, engine.calls)}
-    assert calls["plain"] == ("flash_attention", {"causal": True, "hopper": False})  # the portable kernels
-    assert all(options["hopper"] is False for name, options in engine.calls if name == "flash_attention")
+    portable = {"causal": True, "hopper": False, "hopper_backward": False}
+    assert calls["plain"] == ("flash_attention", portable)  # the portable kernels
+    assert all(options["hopper"] is False and options["hopper_backward"] is False
+               for name, options in engine.calls if name == "flash_attention")
     assert calls["window16"][1]["window_size"] == (15, 0)
     assert calls["softcap30"][1]["softcap"] == 30.0
     assert calls["dropout0.1"][1]["dropout_p"] == 0.1
@@ -160,7 +162,7 @@ def test_each_arm_of_ours_passes_its_feature_to_the_engine(settings, engine):
     assert name == "flash_attn_varlen_func" and varlen["causal"] is True
     assert varlen["cu_seqlens_q"] == [0, lengths[0], lengths[0] + lengths[1], sum(lengths)]
     assert varlen["shape"] == (sum(lengths), 2, 32) and varlen["max_seqlen_q"] == max(lengths)
-    assert calls["padded"] == ("flash_attention", {"causal": True, "hopper": False})
+    assert calls["padded"] == ("flash_attention", portable)
 
 
 def test_gpu_peers_are_unsupported_on_the_cpu(settings):

@@ -5,10 +5,12 @@ On an sm_90 GPU: the output, the log-sum-exp and (through the portable backward 
 gradient against the float64 reference, with test_kernels' rule (at most twice PyTorch's own error
 at the same precision), on odd lengths, Nq != Nk, grouped-query heads and both pipelines
 (`overlap`), with every allocation poisoned; the Hopper backward's three gradients the same way,
-alone and after the Hopper forward, for each of its tile configs; which forward the default
-(hopper=None) picks: the Hopper one exactly where it covers the call at head dim 128. Anywhere: the refusals (what hopper=True does not
-cover raises NotImplementedError naming it), and the sm_90a compile of every configuration, in a
-subprocess (the interpreter must be off there), with no spills and the instructions it is for.
+after either forward, with both consumer schedules at both head dims, and past 2^31 elements; which
+forward and backward the defaults (hopper=None, hopper_backward=None) pick: the Hopper ones exactly
+where they cover the call at their head dims, the portable backward with deterministic=True.
+Anywhere: the refusals (what hopper=True or hopper_backward=True does not cover raises
+NotImplementedError naming it), and the sm_90a compile of every configuration, in a subprocess (the
+interpreter must be off there), with no spills in the forward and the instructions each is for.
 """
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ import pytest
 import torch
 
 from kernels import TileConfig, attention_reference, flash_attention
-from kernels.attention import HOPPER_DEFAULT_HEAD_DIMS, hopper_forward_by_default
+from kernels.attention import (HOPPER_BACKWARD_DEFAULTS, HOPPER_DEFAULT_HEAD_DIMS, hopper_backward_by_default,
+                               hopper_forward_by_default)
 from test_kernels import (DEVICE, assert_close_to_reference, check_against_reference, make_inputs,  # noqa: F401
                           poisoned_allocations)  # (a fixture)
 
@@ -140,13 +143,16 @@ def test_compiles_for_sm90a_without_spills():
     for line in lines:
         assert "sm_90a" in line and " 0 bytes spill stores" in line and "wgmma=0 " not in line, line
         assert "setmaxnreg=0" not in line, line
-    # The one-pass backward: wgmma, TMA loads and the TMA reduce-add of dQ in every configuration (it
-    # spills at its default tiles, the fastest measured; notes/perf.md, v12).
+    # The one-pass backward: wgmma, TMA loads, setmaxnreg and the TMA reduce-add of dQ in every
+    # configuration; no spills at head dim 64 (at 128 its plain schedule spills 172-308 bytes, and is
+    # still the faster of the two; notes/perf.md, v14).
     backward = [line for line in done.stdout.splitlines() if line.startswith("bwd d")]
     assert len(backward) == 4, done.stdout
     for line in backward:
         assert "sm_90a" in line and "wgmma=0 " not in line and "tma_reduce=0 " not in line, line
-        assert "tma_load=0 " not in line, line
+        assert "tma_load=0 " not in line and "setmaxnreg=0" not in line, line
+        if line.startswith("bwd d64"):
+            assert " 0 bytes spill stores" in line, line
 
 
 def test_overlap_switch_needs_hopper():
@@ -186,14 +192,89 @@ def test_hopper_backward_matches_reference(shape, causal, dtype, forward, poison
 
 
 @sm90
-@pytest.mark.parametrize("tiles", [(64, 128, 8, 2), (64, 64, 8, 2), (32, 128, 8, 2), (64, 128, 8, 3)],
-                         ids=lambda t: "x".join(map(str, t)))
+@pytest.mark.parametrize("schedule, stages", [("plain", 2), ("fused", 3), ("fused", 2)])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_hopper_backward_tile_configs(tiles, head_dim, poisoned_allocations):
-    from kernels import TileConfig
+def test_hopper_backward_schedules(schedule, stages, causal, head_dim, poisoned_allocations):
+    """Both consumer schedules at both head dims (each default uses one), on ragged GQA shapes, and a
+    d_out that is not contiguous."""
+    from kernels._hopper_bwd import hopper_backward
 
     q, k, v = make_inputs(1, 4, 2, 700, 900, head_dim, torch.float16)
-    check_against_reference(q, k, v, True, hopper_backward=True, bwd_tiles=TileConfig(*tiles))
+    out, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
+    d_out = torch.randn(1, 700, 4, head_dim, device=DEVICE, dtype=torch.float16).transpose(1, 2)
+    grads = hopper_backward(d_out, q.detach(), k.detach(), v.detach(), out.detach(), lse, head_dim ** -0.5, causal,
+                            schedule=schedule, stages=stages)
+    ref = attention_reference(q, k, v, causal=causal, upcast=True)[0]
+    low = attention_reference(q, k, v, causal=causal, upcast=False)[0]
+    ref_grads = torch.autograd.grad(ref, (q, k, v), d_out.double())
+    low_grads = torch.autograd.grad(low, (q, k, v), d_out)
+    for name, ours, lo, hi in zip(("dq", "dk", "dv"), grads, low_grads, ref_grads):
+        assert ours.shape == hi.shape and ours.dtype == q.dtype
+        assert_close_to_reference(name, ours, lo, hi)
+
+
+@sm90
+def test_hopper_backward_tensors_over_2_31_elements():
+    """2^31 elements in q (2^15 heads x 1024 x 64) and 2^32 bytes of float32 dQ accumulator: the
+    descriptors' rows and the dK/dV epilogue's 64-bit offsets, checked on the first and last heads."""
+    torch.manual_seed(9)
+    q, k, v = (torch.randn(1, 1 << 15, 1024, 64, device="cuda", dtype=torch.float16, requires_grad=True)
+               for _ in range(3))
+    assert q.numel() >= 2**31
+    d_out = torch.randn_like(q)
+    grads = torch.autograd.grad(flash_attention(q, k, v, hopper_backward=True), (q, k, v), d_out)
+    for i in (0, (1 << 15) - 1):
+        parts = [t[:, i:i + 1].detach().requires_grad_() for t in (q, k, v)]
+        ref = torch.autograd.grad(attention_reference(*parts)[0], parts, d_out[:, i:i + 1].double())
+        low = torch.autograd.grad(attention_reference(*parts, upcast=False)[0], parts, d_out[:, i:i + 1])
+        for name, ours, lo, hi in zip(("dq", "dk", "dv"), grads, low, ref):
+            assert_close_to_reference(f"{name}[{i}]", ours[:, i:i + 1], lo, hi)
+
+
+@pytest.fixture
+def hopper_calls(monkeypatch):
+    """Which Hopper kernels each flash_attention call ran: a list with "fwd" or "bwd" per launch."""
+    from kernels import _hopper, _hopper_bwd
+
+    calls = []
+    forward, backward = _hopper.hopper_forward, _hopper_bwd.hopper_backward
+
+    def spy_forward(*args, **kwargs):
+        calls.append("fwd")
+        return forward(*args, **kwargs)
+
+    def spy_backward(*args, **kwargs):
+        calls.append("bwd")
+        return backward(*args, **kwargs)
+
+    monkeypatch.setattr(_hopper, "hopper_forward", spy_forward)
+    monkeypatch.setattr(_hopper_bwd, "hopper_backward", spy_backward)
+    return calls
+
+
+@sm90
+def test_default_backward_is_the_hopper_one_where_it_covers_the_call(hopper_calls):
+    """hopper_backward=None runs the Hopper backward at HOPPER_BACKWARD_DEFAULTS on dense inputs, the
+    portable one elsewhere, with deterministic=True and with what it does not cover."""
+    def backward_ran(q, k, v, causal, **kwargs):
+        hopper_calls.clear()
+        out = flash_attention(q, k, v, causal=causal, **kwargs)
+        torch.autograd.grad(out, k, torch.randn_like(out))
+        return "bwd" in hopper_calls
+
+    for head_dim in (64, 128):
+        q, k, v = make_inputs(2, 4, 2, 700, 900, head_dim, torch.float16)
+        for causal in (False, True):
+            assert backward_ran(q, k, v, causal) == ((head_dim, causal) in HOPPER_BACKWARD_DEFAULTS)
+            assert backward_ran(q, k, v, causal, hopper_backward=True)
+            assert not backward_ran(q, k, v, causal, hopper_backward=False)
+            assert not backward_ran(q, k, v, causal, deterministic=True)
+        assert not backward_ran(q, k, v, False, softcap=20.0)
+        assert not backward_ran(q, k, v, False, bwd_tiles=TileConfig(64, 64, 4, 2))
+        assert not backward_ran(q, k, v, False, atomic_dq=True)
+        strided = q.transpose(1, 2).contiguous().transpose(1, 2).detach().requires_grad_()  # (B, N, H, D) memory
+        assert not backward_ran(strided, k, v, False)
 
 
 def test_hopper_backward_is_not_deterministic():
@@ -208,6 +289,7 @@ def test_hopper_backward_is_not_deterministic():
     (dict(dropout_p=0.1), "dropout_p"),
     (dict(recompute=False), "recompute=False"),
     (dict(atomic_dq=True), "atomic_dq=True"),
+    (dict(bwd_tiles=TileConfig(64, 64, 4, 2)), "bwd_tiles"),
 ])
 def test_hopper_backward_unsupported_features_are_named(kwargs, named):
     q = _t(1, 2, 64, 64)
@@ -228,6 +310,8 @@ def test_hopper_switch_is_none_or_a_bool(value):
     q = _t(1, 2, 64, 64)
     with pytest.raises(ValueError, match="hopper must be None"):
         flash_attention(q, q, q, hopper=value)
+    with pytest.raises(ValueError, match="hopper_backward must be None"):
+        flash_attention(q, q, q, hopper_backward=value)
 
 
 def test_default_forward_is_portable_off_hopper():
@@ -236,26 +320,30 @@ def test_default_forward_is_portable_off_hopper():
     if torch.cuda.is_available():
         assert hopper_forward_by_default(128, torch.device("cuda")) == IS_SM90
         assert not hopper_forward_by_default(64, torch.device("cuda"))
-
-
-def _same(a, b):
-    a, b = (a,) if torch.is_tensor(a) else a, (b,) if torch.is_tensor(b) else b
-    return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    assert HOPPER_BACKWARD_DEFAULTS == ((64, False), (64, True), (128, False))
+    assert not any(hopper_backward_by_default(d, c, torch.device("cpu")) for d, c in HOPPER_BACKWARD_DEFAULTS)
+    if torch.cuda.is_available():
+        assert hopper_backward_by_default(64, True, torch.device("cuda")) == IS_SM90
+        assert not hopper_backward_by_default(128, True, torch.device("cuda"))
+        assert not hopper_backward_by_default(96, False, torch.device("cuda"))
 
 
 @sm90
-def test_default_forward_is_the_hopper_one_where_it_covers_the_call():
-    """hopper=None runs exactly what hopper=True runs at head dim 128 on dense inputs, and exactly
-    the portable forward at 64 and wherever the Hopper forward does not cover the call; the two
-    forwards differ in their rounding, so bitwise equality says which one ran."""
+def test_default_forward_is_the_hopper_one_where_it_covers_the_call(hopper_calls):
+    """hopper=None runs the Hopper forward at head dim 128 on dense inputs, and the portable forward at
+    64 and wherever the Hopper forward does not cover the call."""
+    def forward_ran(q, k, v, **kwargs):
+        hopper_calls.clear()
+        flash_attention(q, k, v, return_lse=True, **kwargs)
+        return "fwd" in hopper_calls
+
     q, k, v = (t.detach() for t in make_inputs(2, 4, 2, 700, 900, 128, torch.float16))
     for causal in (False, True):
-        default = flash_attention(q, k, v, causal=causal, return_lse=True)
-        assert _same(default, flash_attention(q, k, v, causal=causal, return_lse=True, hopper=True))
-        assert not _same(default, flash_attention(q, k, v, causal=causal, return_lse=True, hopper=False))
+        assert forward_ran(q, k, v, causal=causal)
+        assert forward_ran(q, k, v, causal=causal, hopper=True)
+        assert not forward_ran(q, k, v, causal=causal, hopper=False)
     q64, k64, v64 = (t.detach() for t in make_inputs(2, 4, 2, 700, 900, 64, torch.float16))
-    assert _same(flash_attention(q64, k64, v64, return_lse=True),
-                 flash_attention(q64, k64, v64, return_lse=True, hopper=False))
+    assert not forward_ran(q64, k64, v64)
     portable_cases = [
         ((q, k, v), dict(softcap=20.0)),
         ((q, k, v), dict(window_size=(100, 0), causal=True)),
@@ -265,8 +353,7 @@ def test_default_forward_is_the_hopper_one_where_it_covers_the_call():
         ((k.repeat_interleave(2, 1), q[:, :, :300].contiguous(), q[:, :, :300].contiguous()), dict(causal=True)),  # Nq > Nk
     ]
     for (qq, kk, vv), kwargs in portable_cases:
-        assert _same(flash_attention(qq, kk, vv, return_lse=True, **kwargs),
-                     flash_attention(qq, kk, vv, return_lse=True, hopper=False, **kwargs)), kwargs
+        assert not forward_ran(qq, kk, vv, **kwargs), kwargs
 
 
 @sm90
@@ -275,3 +362,29 @@ def test_default_forward_gradients_match_reference(causal, poisoned_allocations)
     """The default at head dim 128 (the Hopper forward, then the portable backward from its output)."""
     q, k, v = make_inputs(2, 4, 2, 517, 1030, 128, torch.float16)
     check_against_reference(q, k, v, causal)
+
+
+@sm90
+def test_compiled_default_with_misaligned_inputs_matches_reference():
+    """Under torch.compile an input's address is unknown while tracing, so the Hopper kernels are chosen
+    by shape and copy an input that is not 16-byte aligned when the graph runs (eager calls send such an
+    input to the portable kernels instead)."""
+    torch._dynamo.reset()
+    torch.manual_seed(12)
+    shape = (1, 4, 300, 64)
+
+    def misaligned():
+        return torch.randn(1 * 4 * 300 * 64 + 1, device=DEVICE, dtype=torch.float16)[1:].view(shape).requires_grad_()
+
+    q, k, v = misaligned(), misaligned(), misaligned()
+    assert q.data_ptr() % 16
+    compiled = torch.compile(lambda q, k, v: flash_attention(q, k, v, hopper=True), fullgraph=True)
+    out = compiled(q, k, v)
+    d_out = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), d_out)
+    ref = attention_reference(q, k, v, upcast=True)[0]
+    low = attention_reference(q, k, v, upcast=False)[0]
+    assert_close_to_reference("out", out, low, ref)
+    for name, ours, lo, hi in zip(("dq", "dk", "dv"), grads, torch.autograd.grad(low, (q, k, v), d_out),
+                                  torch.autograd.grad(ref, (q, k, v), d_out.double())):
+        assert_close_to_reference(name, ours, lo, hi)

@@ -221,10 +221,13 @@ def test_flash_attn_layout(poisoned_allocations):
     assert torch.equal(out, expected.transpose(1, 2))
 
 
-def test_deterministic_backward_is_bitwise_reproducible():
+@pytest.mark.parametrize("head_dim, causal", [(64, True), (64, False), (128, False), (96, True)])
+def test_deterministic_backward_is_bitwise_reproducible(head_dim, causal):
+    """deterministic=True: the same gradients bit for bit, also where the default backward on sm_90 is
+    the Hopper one (whose dQ additions land in any order)."""
     torch.manual_seed(5)
-    q, k, v = make_inputs(1, 4, 2, 150, 150, 64, torch.float16)
-    out = flash_attention(q, k, v, causal=True)
+    q, k, v = make_inputs(1, 4, 2, 150, 150, head_dim, torch.float16)
+    out = flash_attention(q, k, v, causal=causal, deterministic=True)
     d_out = torch.randn_like(out)
     first = torch.autograd.grad(out, (q, k, v), d_out, retain_graph=True)
     second = torch.autograd.grad(out, (q, k, v), d_out)
@@ -378,16 +381,27 @@ def test_tensors_over_2_31_elements(layout, algorithm):
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="CUDA graphs need a GPU")
-@pytest.mark.parametrize("atomic_dq", [False, True])
-def test_cuda_graph_capture_and_replay(atomic_dq):
+@pytest.mark.parametrize("switches", [{}, {"atomic_dq": True}, {"deterministic": True},
+                                      {"hopper": True, "hopper_backward": True}],
+                         ids=["default", "atomic_dq", "deterministic", "hopper"])
+def test_cuda_graph_capture_and_replay(switches):
     """Forward and backward captured once in a CUDA graph and replayed on new inputs give what
-    eager calls give (no host synchronisation or host-side state inside the op)."""
+    eager calls give (no host synchronisation or host-side state inside the op), on the portable
+    kernels and (sm_90) the Hopper ones, which the default runs at this head dim there."""
+    from kernels.attention import hopper_backward_by_default
+
+    if switches.get("hopper") and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Hopper kernels need a compute capability 9.0 GPU")
+    # dQ by atomic adds or TMA reduce-adds: the order of the float32 additions varies
+    exact_dq = switches.get("deterministic") or not (
+        switches.get("atomic_dq") or switches.get("hopper_backward")
+        or hopper_backward_by_default(64, True, torch.device("cuda")))
     torch.manual_seed(10)
     static = make_inputs(2, 4, 2, 200, 200, 64, torch.float16)
     d_out = torch.randn(2, 4, 200, 64, device="cuda", dtype=torch.float16)
 
     def step():
-        out = flash_attention(*static, causal=True, atomic_dq=atomic_dq)
+        out = flash_attention(*static, causal=True, **switches)
         return (out, *torch.autograd.grad(out, static, d_out))
 
     side = torch.cuda.Stream()
@@ -405,10 +419,10 @@ def test_cuda_graph_capture_and_replay(atomic_dq):
             for dst, src in zip(static, fresh):
                 dst.copy_(src)
         graph.replay()
-        out = flash_attention(*fresh, causal=True, atomic_dq=atomic_dq)
+        out = flash_attention(*fresh, causal=True, **switches)
         expected = (out, *torch.autograd.grad(out, fresh, d_out))
         for name, got, want in zip(("out", "dq", "dk", "dv"), captured, expected):
-            exact = not atomic_dq or name != "dq"  # atomic dQ: the order of the float32 adds varies
+            exact = exact_dq or name != "dq"
             torch.testing.assert_close(got, want, rtol=0 if exact else 2e-3, atol=0 if exact else 2e-3,
                                        msg=lambda m, name=name: f"{name}: {m}")
 

@@ -139,6 +139,78 @@ def test_the_signature_cache_is_bounded(fake_jit, monkeypatch):
     assert _kinds(log) == ["jit"] * 10
 
 
+def test_keyed_launches_go_through_the_jit_once_per_key_and_device(fake_jit, monkeypatch):
+    """launch_keyed (the Hopper kernels'): the JIT on a key's first call, then the kept kernel gets the
+    caller's arguments directly; a new key, another device, `enabled` False or a hook go to the JIT."""
+    _, log = fake_jit
+    monkeypatch.setattr(launch_module, "_keyed", {})
+
+    def call(key, marker):
+        def jit_launch():
+            log.append(("jit", marker))
+            return _FakeCompiled(log)
+        return launch_module.launch_keyed(key, (3, 2), lambda: ("arg", marker), jit_launch)
+
+    call(("a", 1), 0)
+    call(("a", 1), 1)
+    call(("a", 2), 2)
+    call(("a", 2), 3)
+    monkeypatch.setattr(launch_module, "_device_and_stream", lambda: (1, 99))
+    call(("a", 1), 4)
+    monkeypatch.setattr(launch_module, "enabled", False)
+    call(("a", 1), 5)
+    monkeypatch.setattr(launch_module, "enabled", True)
+    hook = triton.knobs.runtime.launch_enter_hook
+    hook.add(print)
+    try:
+        call(("a", 1), 6)
+    finally:
+        hook.remove(print)
+    call(("a", 1), 7)
+    assert _kinds(log) == ["jit", "direct", "jit", "direct", "jit", "jit", "jit", "direct"]
+    assert log[1][1] == (3, 2, 1, 1234, "function", "metadata", None, None, None, "arg", 1)
+    assert log[-1][1][3] == 99 and log[-1][1][-1] == 7
+
+
+def test_row_descriptor_is_the_rows_matrix():
+    t = torch.zeros(2, 3, 5, 8)
+    d = launch_module.row_descriptor(t)
+    assert d.base is t and d.shape == [30, 8] and d.strides == [8, 1] and d.padding == "zero"
+
+
+@pytest.mark.skipif(not (HAS_CUDA and torch.cuda.get_device_capability() == (9, 0)),
+                    reason="the Hopper kernels need a compute capability 9.0 GPU")
+@pytest.mark.parametrize("head_dim, causal", [(128, True), (128, False), (64, True)])
+def test_hopper_kernels_with_direct_launches_equal_the_jit_path(head_dim, causal, monkeypatch):
+    """The Hopper forward bit for bit and the Hopper backward's dK and dV bit for bit (its dQ additions
+    land in any order: within the tests' rule), on GQA with ragged lengths, with fresh tensors on every
+    call, and a d_out 2 bytes past a 16-byte boundary."""
+    from test_kernels import assert_close_to_reference
+
+    shape_q, shape_kv = (2, 4, 333, head_dim), (2, 2, 517, head_dim)
+
+    def run(seed):
+        torch.manual_seed(seed)
+        q = torch.randn(shape_q, device="cuda", dtype=torch.float16, requires_grad=True)
+        k, v = (torch.randn(shape_kv, device="cuda", dtype=torch.float16, requires_grad=True) for _ in range(2))
+        d_out = torch.randn(q.numel() + 1, device="cuda", dtype=torch.float16)[1:].view(shape_q)
+        out = flash_attention(q, k, v, causal=causal, hopper=True, hopper_backward=True)
+        return (out, *torch.autograd.grad(out, (q, k, v), d_out)), (q, k, v, d_out)
+
+    monkeypatch.setattr(launch_module, "enabled", False)
+    through_jit, inputs = run(1)
+    monkeypatch.setattr(launch_module, "enabled", True)
+    for _ in range(3):  # the first call may compile; the later ones launch directly
+        direct, _ = run(1)
+        out, dq, dk, dv = direct
+        assert torch.equal(out, through_jit[0]) and torch.equal(dk, through_jit[2]) and torch.equal(dv, through_jit[3])
+    q, k, v, d_out = inputs
+    ref = attention_reference(q, k, v, causal=causal)[0]
+    low = attention_reference(q, k, v, causal=causal, upcast=False)[0]
+    assert_close_to_reference("dq", dq, torch.autograd.grad(low, q, d_out)[0],
+                              torch.autograd.grad(ref, q, d_out.double())[0])
+
+
 @pytest.mark.skipif(not HAS_CUDA, reason="direct launches need a GPU")
 @pytest.mark.parametrize("misaligned", [False, True])
 def test_ours_with_direct_launches_equals_the_jit_path_bit_for_bit(misaligned, monkeypatch):
@@ -155,7 +227,7 @@ def test_ours_with_direct_launches_equals_the_jit_path_bit_for_bit(misaligned, m
     d_out = torch.randn(shape, device="cuda", dtype=torch.float16)
 
     def run():
-        out = flash_attention(q, k, v, causal=True)
+        out = flash_attention(q, k, v, causal=True, deterministic=True)  # the portable kernels' launches
         return (out, *torch.autograd.grad(out, (q, k, v), d_out))
 
     monkeypatch.setattr(launch_module, "enabled", False)
