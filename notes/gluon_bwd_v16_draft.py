@@ -467,7 +467,7 @@ def gluon_backward(do, q, k, v, out, lse, softmax_scale: float, causal: bool, sc
     return dq_acc.to(q.dtype), dk, dv
 
 
-def check() -> None:
+def check(variants=None, head_dims=(128, 64)) -> None:
     """On an sm_90 GPU: every variant's gradients against the float64 reference with the tests' rule."""
     import sys
 
@@ -478,6 +478,8 @@ def check() -> None:
 
     for shape in [(2, 4, 4, 1024, 1024, 128), (1, 8, 2, 1000, 1000, 64), (2, 3, 1, 129, 385, 128),
                   (1, 4, 2, 700, 900, 128)]:
+        if shape[-1] not in head_dims:
+            continue
         for causal in (False, True):
             q, k, v = make_inputs(*shape, torch.float16)
             out, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
@@ -486,7 +488,7 @@ def check() -> None:
             low = attention_reference(q, k, v, causal=causal, upcast=False)[0]
             ref_grads = torch.autograd.grad(ref, (q, k, v), do.double())
             low_grads = torch.autograd.grad(low, (q, k, v), do)
-            for schedule, stages, switches in VARIANTS:
+            for schedule, stages, switches in variants or VARIANTS:
                 if shape[-1] == 64 and switches.get("p_smem"):
                     continue
                 grads = gluon_backward(do, q.detach(), k.detach(), v.detach(), out.detach(), lse,
@@ -496,7 +498,7 @@ def check() -> None:
                 print(f"ok {shape} causal={causal} {schedule} stages={stages} {switches}", flush=True)
 
 
-def bench() -> None:
+def bench(variants=None, head_dims=(128, 64)) -> None:
     """On an sm_90 GPU: backward TFLOP/s (2.5x the forward's FLOPs) of each variant beside the kernel in
     kernels/_hopper_bwd.py and cuDNN's backward, fp16, the paper's shapes (do_bench medians, same process)."""
     from triton.testing import do_bench
@@ -507,9 +509,10 @@ def bench() -> None:
     from kernels import _hopper_bwd as engine
     from kernels import flash_attention
 
-    names = [f"{sch}{st}" + "".join(f"+{k}" for k in sw) for sch, st, sw in VARIANTS]
+    variants = variants or VARIANTS
+    names = [f"{sch}{st}" + "".join(f"+{k}" for k in sw) for sch, st, sw in variants]
     print("head_dim,causal,seqlen," + ",".join(names) + ",engine,cudnn", flush=True)
-    for head_dim in (128, 64):
+    for head_dim in head_dims:
         for causal in (False, True):
             for n in (2048, 8192, 16384):
                 shape = (16384 // n, 2048 // head_dim, n, head_dim)
@@ -520,7 +523,7 @@ def bench() -> None:
                 args = (do, q.detach(), k.detach(), v.detach(), out.detach(), lse, head_dim ** -0.5, causal)
                 flop = 2.5 * 4 * shape[0] * shape[1] * n * n * head_dim / (2 if causal else 1)
                 times = []
-                for schedule, stages, switches in VARIANTS:
+                for schedule, stages, switches in variants:
                     if head_dim == 64 and switches.get("p_smem"):
                         times.append(float("nan"))
                         continue
@@ -556,11 +559,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="run on an sm_90 GPU against the reference")
     parser.add_argument("--bench", action="store_true", help="time the variants (sm_90 GPU)")
+    parser.add_argument("--variants", help="comma-separated indices into VARIANTS (default: all)")
+    parser.add_argument("--head-dims", default="128,64", help="comma-separated head dims (default: 128,64)")
     parsed = parser.parse_args()
+    variants = [VARIANTS[int(i)] for i in parsed.variants.split(",")] if parsed.variants else None
+    head_dims = tuple(int(d) for d in parsed.head_dims.split(","))
     if parsed.check:
-        check()
+        check(variants, head_dims)
     if parsed.bench:
-        bench()
+        bench(variants, head_dims)
     if parsed.check or parsed.bench:
         return
     for head_dim in (128, 64):

@@ -279,7 +279,7 @@ def check() -> None:
                       f"lse max err {lse_err:.2e}", flush=True)
 
 
-def bench() -> None:
+def bench(head_dims=(128, 64)) -> None:
     """On an sm_90 GPU: forward TFLOP/s of each config beside the engine's portable fp8 forward and its
     default fp16 forward (the Hopper kernel at d128), the paper's shapes, do_bench medians, one process."""
     from triton.testing import do_bench
@@ -288,7 +288,7 @@ def bench() -> None:
 
     print("head_dim,causal,seqlen," + ",".join(f"gluon_fp8_n{n}s{s}" for n, s in CONFIGS)
           + ",portable_fp8,default_fp16,best_over_fp16", flush=True)
-    for head_dim in (128, 64):
+    for head_dim in head_dims:
         for causal in (False, True):
             for n in (2048, 4096, 8192, 16384):
                 shape = (16384 // n, 2048 // head_dim, n, head_dim)
@@ -311,11 +311,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="run on an sm_90 GPU against the reference")
     parser.add_argument("--bench", action="store_true", help="time it (sm_90 GPU)")
+    parser.add_argument("--head-dims", default="128,64", help="comma-separated head dims to time (default: 128,64)")
     parsed = parser.parse_args()
     if parsed.check:
         check()
     if parsed.bench:
-        bench()
+        bench(tuple(int(d) for d in parsed.head_dims.split(",")))
     if parsed.check or parsed.bench:
         return 0
     for head_dim in (128, 64):
