@@ -2,10 +2,9 @@
 
     .venv/bin/python notes/round15_summary.py > notes/round15_partial/summary.txt
 
-Reads notes/round15_partial/hopper.csv and training.csv: the pipeline's own rows at commit 8a451f2,
-copied from the grid's steps on the lent H200 (`bash notes/h200_measure.sh 8a451f2 sN <targets>`; the
-speed ablation was 60% measured when the session's device time ran out, so nothing here is in the
-archive yet). TFLOP/s are medians over the repetitions; a ratio is ours' median time over the peer's
+Reads results/archive/nvidia-h200/hopper.csv: the pipeline's own rows at commit 8a451f2, from the grid's
+steps on the lent H200 (`bash notes/h200_measure.sh 8a451f2 sN <targets>`, four steps over two sessions;
+the first three left speed 60% measured, the fourth finished it and archived the grid). TFLOP/s are medians over the repetitions; a ratio is ours' median time over the peer's
 turned around (> 1: ours faster), both measured in the same process. `hb` counts repetitions that ran
 host-bound (the GPU waited for the host); `spread` is the largest (p80 - p20) / median of a cell's rows.
 """
@@ -13,12 +12,12 @@ from pathlib import Path
 
 import pandas as pd
 
-PARTIAL = Path(__file__).resolve().parent / "round15_partial"
+ARCHIVE = Path(__file__).resolve().parent.parent / "results" / "archive" / "nvidia-h200"
 
 
 def main() -> None:
     pd.set_option("display.width", 220)
-    rows = pd.read_csv(PARTIAL / "hopper.csv")
+    rows = pd.read_csv(ARCHIVE / "hopper.csv")
     print("commits:", ", ".join(sorted(rows["commit"].astype(str).unique())), "| gpu:", rows["gpu"].iloc[0])
     rows = rows[(rows["status"] == "ok") & rows["mode"].isin(["bwd", "fwd_bwd"])].copy()
     rows["arm"] = rows["provider"].where(rows["provider"] != "ours", "ours:" + rows["variant"])
