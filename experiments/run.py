@@ -44,12 +44,26 @@ def journal_of(ablation: str, settings: dict, on_gpu: bool, output: str) -> str:
     return os.path.join(os.path.dirname(output) or ".", ".partial", f"{ablation}-{digest}.jsonl")
 
 
+def interpreter_problem() -> str | None:
+    """Why Triton's interpreter cannot run the kernels in this environment, or None. Triton 3.6's
+    interpreter fails inside every kernel with numpy 2.4 or later ("only 0-dimensional arrays can be
+    converted to Python scalars"); envs/cpu.txt pins an earlier one."""
+    import numpy
+
+    if tuple(int(part) for part in numpy.__version__.split(".")[:2]) >= (2, 4):
+        return (f"Triton's interpreter needs numpy < 2.4 and this environment has numpy {numpy.__version__}: "
+                "install the pins of envs/cpu.txt (pip install -r envs/cpu.txt)")
+    return None
+
+
 def supervise(ablation: str, settings: dict, output: str) -> None:
     device = gpus.pin()
     on_gpu = device is not None
     if not on_gpu and ablation not in grid.INTERPRETER_ABLATIONS:
         sys.exit(f"{ablation} needs a CUDA GPU and this host shows none; "
                  "run `snakemake --cores 1 --config mode=archive` to take it from results/archive/ instead")
+    if not on_gpu and (problem := interpreter_problem()):
+        sys.exit(f"{ablation} runs on Triton's interpreter here, which cannot run: {problem}")
     print(f"{ablation}: " + (f"CUDA device {device}" if on_gpu else "no CUDA GPU, Triton interpreter"), flush=True)
     cells = {cell.key: cell for cell in grid.cells(ablation, settings, on_gpu)}
     # a training cell that runs out of memory adds a row of the largest batch that fits

@@ -359,7 +359,9 @@ def test_fp8_measures_both_forwards_on_the_gpu():
         assert values["gpu_ms"] > 0 and values["host_ms"] > 0 and values["host_bound"] in (0, 1)
         assert values["input_bytes"] == 3 * 4 * 16 * 1024 * 128 * (1 if provider == "ours_fp8" else 2) + (
             3 * 4 * 16 * 4 if provider == "ours_fp8" else 0)
-        assert values["attn_mem_bytes"] > 0 and values["block_m"] > 0
+        # the row's tiles: fp8.measure gives ours_fp8's, experiments.run adds ours' (providers.tile_columns)
+        tiles = values if provider == "ours_fp8" else providers.tile_columns(cell)
+        assert values["attn_mem_bytes"] > 0 and tiles["block_m"] > 0
     for dtype in fp8.PRECISIONS:
         cell = grid.Cell("fp8", fp8.provider_of(dtype), "fwd", dtype, batch=1, heads=16, kv_heads=16, seqlen_q=1024,
                          seqlen_k=1024, head_dim=128, causal=False, variant="accuracy")
@@ -377,9 +379,13 @@ def test_memory_is_net_of_what_the_process_held_before():
     values = measure.attention(cell, timing, torch.device("cuda"))
     del ballast
     tensor = 1 * 16 * 1024 * 128 * 2
-    # q, k, v, dO held; out, dq, dk, dv made by the call: 8 tensors; the rest is small (lse, delta, dQ buffer)
+    # q, k, v, dO held; out, dq, dk, dv made by the call: 8 tensors; the rest is small (lse, delta, dQ buffer),
+    # but for the Hopper backward's float32 dQ accumulator (as flash-attn's dq_accum): two tensors' bytes
+    from kernels.attention import hopper_backward_by_default
+
+    accumulator = 2 * tensor if hopper_backward_by_default(128, False, torch.device("cuda")) else 0
     assert values["input_bytes"] == 4 * tensor
-    assert 4 * tensor <= values["attn_mem_bytes"] <= 1.5 * 4 * tensor
+    assert 4 * tensor + accumulator <= values["attn_mem_bytes"] <= 1.5 * 4 * tensor + accumulator
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -603,6 +609,7 @@ def test_fp8_quantises_per_batch_and_head_to_absmax_over_448():
     assert error.max() <= 2**-4 + 1e-6  # 3 mantissa bits: within half a step of the absmax's binade
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="runs the fp8 worker on CPU tensors, through Triton's interpreter (off on a GPU host)")
 def test_fp8_writes_timed_and_accuracy_rows_on_a_tiny_shape(tmp_path, monkeypatch):
     """The worker on the CPU (Triton's interpreter), do_bench replaced: each timed cell calls its provider on its
     inputs (fp16 in, fp16 out; e4m3 in with descales, bfloat16 out), the accuracy cells measure their errors
@@ -676,3 +683,16 @@ def test_precompile_takes_one_decode_cell_per_kernel_specialisation_the_smallest
     for key, cell in chosen.items():
         same = [c for c in cells if decode.kernel_specialization(c, device) == key[2:]]
         assert decode.cell_cache_bytes(cell) == min(decode.cell_cache_bytes(c) for c in same)
+
+
+def test_an_interpreter_run_with_a_numpy_it_cannot_use_stops_naming_the_fix(monkeypatch, tmp_path):
+    import numpy
+
+    monkeypatch.setattr(numpy, "__version__", "2.3.5")
+    assert run.interpreter_problem() is None
+    monkeypatch.setattr(numpy, "__version__", "2.4.0")
+    assert "numpy < 2.4" in run.interpreter_problem() and "envs/cpu.txt" in run.interpreter_problem()
+    monkeypatch.setattr(run.gpus, "pin", lambda: None)
+    with pytest.raises(SystemExit, match="numpy 2.4.0"):
+        run.supervise("accuracy", {}, str(tmp_path / "accuracy.csv"))
+    assert not (tmp_path / ".partial").exists()  # stopped before any worker or journal

@@ -13,6 +13,7 @@ from experiments import features, flops, grid, measure, providers
 from experiments.settings import ablation_settings, check, load_default
 
 CPU = torch.device("cpu")
+HOST_DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # the interpreter off a GPU host
 
 
 @pytest.fixture
@@ -231,14 +232,15 @@ def _reference(q, k, v, causal, window=None, softcap=0.0, slopes=None):
 
 
 @pytest.mark.skipif(not HAS_FEATURES, reason="kernels.flash_attention has no window_size yet (features not merged)")
-def test_tiny_features_cells_run_end_to_end_in_the_interpreter(settings):
+def test_tiny_features_cells_run_end_to_end(settings):
+    """On the interpreter without a GPU, on the GPU where there is one."""
     s = tiny(settings, modes=["fwd_bwd"], causal=[True])
     lengths = features.varlen_lengths(3, 8, 40, 0)
     for cell in one_pass(s):
         if cell.provider != "ours":
             continue
-        attend = providers.attention(cell, CPU)
-        q, k, v, do = providers.inputs(cell, CPU)
+        attend = providers.attention(cell, HOST_DEVICE)
+        q, k, v, do = providers.inputs(cell, HOST_DEVICE)
         o = attend(q, k, v)
         grads = torch.autograd.grad(o, (q, k, v), do)
         assert all(torch.isfinite(t.float()).all() for t in (o, *grads)), cell.label
@@ -251,7 +253,7 @@ def test_tiny_features_cells_run_end_to_end_in_the_interpreter(settings):
                 torch.testing.assert_close(o[start:start + n].float(), expected, atol=2e-2, rtol=2e-2)
                 start += n
         elif cell.variant != "padded" and "dropout_p" not in options:
-            slopes = features._slopes(cell, CPU) if options.get("alibi") else None
+            slopes = features._slopes(cell, HOST_DEVICE) if options.get("alibi") else None
             window = options["window_size"][0] if "window_size" in options else None
             expected = _reference(q, k, v, cell.causal, window, options.get("softcap", 0.0), slopes)
             torch.testing.assert_close(o.float(), expected, atol=2e-2, rtol=2e-2)

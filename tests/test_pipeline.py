@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from experiments import gpus, grid, results
+from experiments import gpus, grid, results, run
 from experiments.schema import SIDE_FILES, STANDALONE_ABLATIONS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -160,6 +160,7 @@ def test_a_missing_archive_says_what_to_run(workflow):
     assert TEST_GPU in done.stdout + done.stderr  # lists the archives there are
 
 
+@pytest.mark.skipif(run.interpreter_problem() is not None, reason=str(run.interpreter_problem()))
 def test_tiny_config_runs_end_to_end_on_the_cpu(workflow):
     snakemake(workflow, "results", "--configfile", "tiny.yaml", "--config", "mode=archive", f"archive_gpu={TEST_GPU}")
     for name in ARCHIVED_FILES:
