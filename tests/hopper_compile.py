@@ -25,6 +25,7 @@ from triton.backends.compiler import BaseBackend, GPUTarget
 from triton.backends.nvidia.compiler import get_ptxas
 from triton.compiler import make_backend
 from triton.experimental.gluon._runtime import GluonASTSource
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from kernels import _hopper, _hopper_bwd
 
@@ -43,27 +44,40 @@ def _ptxas_report(ptx: str) -> tuple[str, str]:
     return arch, info
 
 
-def compile_config(head_dim: int, causal: bool, overlap: bool, dtype=torch.float16, n: int = 4096) -> str:
-    """One configuration compiled for sm_90a; returns a line with what ptxas reports."""
-    x = torch.empty(1, 2, n, head_dim, dtype=dtype)
-    block_n, stages = _hopper.default_config(head_dim)
-    args = dict(q_desc=_hopper._descriptor(x, _hopper.HALF_M), k_desc=_hopper._descriptor(x, block_n),
-                v_desc=_hopper._descriptor(x, block_n), Out=x, Lse=torch.empty(1, dtype=torch.float32))
-    signature = {name: native_specialize_impl(BaseBackend, value, False, True, True)[0] for name, value in args.items()}
-    signature.update(N_Q="i32", N_K="i32", HEADS="i32", GROUP="i32", qk_scale="fp32")
-    constants = dict(BLOCK_N=block_n, HEAD_DIM=head_dim, STAGES=stages, CAUSAL=causal, OVERLAP=overlap,
-                     num_warps=_hopper.CONSUMER_WARPS)
+def compile_sm90(kernel, args: tuple, constants: dict, maxnreg: int):
+    """Compile a Gluon kernel for sm_90a from the arguments a launch would pass: tensors and descriptors
+    specialised as Triton's launcher would, floats as fp32 and ints as i32, `constants` the constexprs.
+    Returns (compiled kernel, its PTX, the PTX target, ptxas' register and spill report, seconds taken).
+    The drafts in notes/ compile through it too."""
+    names = kernel.arg_names
+    signature = {}
+    for name, value in zip(names, args):
+        if isinstance(value, (torch.Tensor, TensorDescriptor)):
+            signature[name] = native_specialize_impl(BaseBackend, value, False, True, True)[0]
+        else:
+            signature[name] = "fp32" if isinstance(value, float) else "i32"
     signature.update({name: "constexpr" for name in constants})
-    kernel = _hopper._hopper_fwd
-    constexprs = {(kernel.arg_names.index(name),): value for name, value in constants.items()}
-    options = make_backend(SM90).parse_options(dict(num_warps=_hopper.CONSUMER_WARPS, maxnreg=_hopper.MAX_REGS))
+    constexprs = {(names.index(name),): value for name, value in constants.items()}
+    options = make_backend(SM90).parse_options(dict(num_warps=constants["num_warps"], maxnreg=maxnreg))
     start = time.time()
     compiled = triton.compile(GluonASTSource(kernel, signature, constexprs, {}), target=SM90, options=options.__dict__)
     ptx = compiled.asm["ptx"]
     arch, info = _ptxas_report(ptx)
+    return compiled, ptx, arch, info, time.time() - start
+
+
+def compile_config(head_dim: int, causal: bool, overlap: bool, dtype=torch.float16, n: int = 4096) -> str:
+    """One configuration compiled for sm_90a; returns a line with what ptxas reports."""
+    x = torch.empty(1, 2, n, head_dim, dtype=dtype)
+    block_n, stages = _hopper.default_config(head_dim)
+    args = (_hopper._descriptor(x, _hopper.HALF_M), _hopper._descriptor(x, block_n), _hopper._descriptor(x, block_n),
+            x, torch.empty(1, dtype=torch.float32), n, n, 2, 1, head_dim ** -0.5 * _hopper.LOG2E)
+    constants = dict(BLOCK_N=block_n, HEAD_DIM=head_dim, STAGES=stages, CAUSAL=causal, OVERLAP=overlap,
+                     num_warps=_hopper.CONSUMER_WARPS)
+    compiled, ptx, arch, info, seconds = compile_sm90(_hopper._hopper_fwd, args, constants, _hopper.MAX_REGS)
     return (f"d{head_dim} causal={causal} overlap={overlap}: {arch} shared={compiled.metadata.shared} "
             f"wgmma={ptx.count('wgmma.mma_async')} setmaxnreg={ptx.count('setmaxnreg')} "
-            f"({time.time() - start:.1f} s) | {info}")
+            f"({seconds:.1f} s) | {info}")
 
 
 def compile_backward(head_dim: int, causal: bool, dtype=torch.float16, n: int = 4096) -> str:
@@ -72,25 +86,11 @@ def compile_backward(head_dim: int, causal: bool, dtype=torch.float16, n: int = 
     f32 = torch.empty(1, dtype=torch.float32)
     args, constants = _hopper_bwd.kernel_args(x, x, x, x, torch.empty(1, 2, n, head_dim), f32, f32, x, x,
                                               head_dim ** -0.5, causal)
-    kernel = _hopper_bwd._hopper_bwd
-    names = kernel.arg_names
-    signature = {}
-    for name, value in zip(names, args):
-        if isinstance(value, (torch.Tensor, _hopper_bwd.TensorDescriptor)):
-            signature[name] = native_specialize_impl(BaseBackend, value, False, True, True)[0]
-        else:
-            signature[name] = "fp32" if isinstance(value, float) else "i32"
-    signature.update({name: "constexpr" for name in constants})
-    constexprs = {(names.index(name),): value for name, value in constants.items()}
-    options = make_backend(SM90).parse_options(dict(num_warps=constants["num_warps"], maxnreg=_hopper_bwd.MAX_REGS))
-    start = time.time()
-    compiled = triton.compile(GluonASTSource(kernel, signature, constexprs, {}), target=SM90, options=options.__dict__)
-    ptx = compiled.asm["ptx"]
-    arch, info = _ptxas_report(ptx)
+    compiled, ptx, arch, info, seconds = compile_sm90(_hopper_bwd._hopper_bwd, args, constants, _hopper_bwd.MAX_REGS)
     return (f"bwd d{head_dim} causal={causal} fused={constants['FUSED']}: {arch} shared={compiled.metadata.shared} "
             f"wgmma={ptx.count('wgmma.mma_async')} setmaxnreg={ptx.count('setmaxnreg')} "
             f"tma_reduce={ptx.count('cp.reduce.async.bulk.tensor')} tma_load={ptx.count('cp.async.bulk.tensor')} "
-            f"({time.time() - start:.1f} s) | {info}")
+            f"({seconds:.1f} s) | {info}")
 
 
 def main() -> int:
