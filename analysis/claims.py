@@ -242,13 +242,16 @@ def speedup_by_mode(frames, hardware, *, experiment, baseline, candidate, modes,
                   **exclusion_counts(excluded))
     words = []
     for variant, description in (arms or {}).items():
-        per_mode = []
+        per_mode, arm_left_out = [], []
         for mode in modes:
-            pairs = paired_ratio(_in(frame, dtype, mode), {"variant": variant}, candidate)
+            pairs, arm_excluded = paired(_in(frame, dtype, mode), {"variant": variant}, candidate)
+            arm_left_out.append(arm_excluded)
             if not pairs.empty:
-                per_mode.append(f"{MODE_WORDS[mode]} {pairs['ratio'].median():.2f}x")
+                per_mode.append(f"{MODE_WORDS[mode]} {_medians_by_head_dim(pairs)}")
         if per_mode:
-            words.append(f"{description} ({variant}): " + ", ".join(per_mode))
+            arm_excluded = pd.concat(arm_left_out, ignore_index=True)
+            left = f" ({describe_exclusions(arm_excluded, settings)})" if (arm_excluded["excluded"] != "").any() else ""
+            words.append(f"{description} ({variant}): " + ", ".join(per_mode) + left)
     values["arms"] = "; ".join(words) or "none measured"
     if not values["n"]:
         values["missing"] = (f"no {dtype + ' ' if dtype else ''}{verdict_mode} shape in {experiment}.csv with "
@@ -259,6 +262,16 @@ def speedup_by_mode(frames, hardware, *, experiment, baseline, candidate, modes,
 
 
 MODE_WORDS = {"fwd": "forward", "bwd": "backward", "fwd_bwd": "forward+backward"}
+
+
+def _medians_by_head_dim(pairs: pd.DataFrame) -> str:
+    """The median ratio of `pairs`, one per head dim where they span several ("1.02x at head dim 64 and 1.32x
+    at head dim 128"): a median over head dims that gain differently would land on either side."""
+    head_dims = sorted(pairs["head_dim"].dropna().unique())
+    if len(head_dims) < 2:
+        return f"{pairs['ratio'].median():.2f}x"
+    return " and ".join(f"{pairs.loc[pairs['head_dim'] == d, 'ratio'].median():.2f}x at head dim {int(d)}"
+                        for d in head_dims)
 
 
 @metric

@@ -497,6 +497,23 @@ def test_hopper_claim_names_each_step_and_leaves_the_arms_unsupported_off_hopper
     assert verdicts({**frames, "hopper": hopper})["hopper_forward_vs_cudnn"]["verdict"] == NO_DATA
 
 
+def test_each_step_is_given_per_head_dim_with_the_cells_it_left_out(frames):
+    """A median over head dims that gain differently lands on either side: the steps are told per head dim,
+    and cells a step's pairs leave out (noisy, host-bound) are named with it."""
+    changed = scale(frames, "hopper", {"variant": "portable"}, 1.25,
+                    where=lambda rows: (rows["head_dim"] == 128) & (rows["mode"] == "fwd"))
+    noisy = lambda rows: ((rows["head_dim"] == 64) & (rows["mode"] == "fwd") & (rows["seqlen_q"] == 2048)
+                          & (rows["causal"] == 0) & (rows["repetition"] == 0))
+    changed = scale(changed, "hopper", {"variant": "portable"}, 1.5, where=noisy)
+    finding = verdicts(changed)["hopper_forward_vs_cudnn"]["finding"]
+    steps = finding.split("its steps, medians: ")[1]
+    portable = steps.split("; over the serial")[0]
+    assert portable.startswith("over the portable forward (portable): forward ")
+    assert "x at head dim 64 and 1.40x at head dim 128, forward+backward" in portable  # 1.25 x the synthetic 1.12
+    assert portable.endswith("(excluded: 1 noisy cell at seqlen 2048 (repetitions spread over 10% of the median))")
+    assert "excluded" not in steps.split("; over the serial")[1].split("; no cell excluded")[0]
+
+
 def test_fp8_not_in_the_archive_is_no_data_saying_so(frames, tmp_path):
     from analysis import facts
 
