@@ -15,6 +15,7 @@ from experiments import decode, grid, results
 from experiments.grid import Cell
 from experiments.schema import COLUMNS, LATER_COLUMNS
 from experiments.settings import ablation_settings, check, load_default
+from test_kernels import DEVICE
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +48,7 @@ def test_ours_cell_runs_on_this_host():
     """On the interpreter without a GPU, on the GPU where there is one."""
     cell = Cell("decode", "ours", "fwd", "fp16", batch=2, heads=8, kv_heads=1, seqlen_q=1, seqlen_k=300, head_dim=32,
                 causal=True, variant="paged16")
-    fn, note = decode.call(cell, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    fn, note = decode.call(cell, torch.device(DEVICE))
     assert note.startswith("num_splits=")
     out = fn()
     assert out.shape == (2, 1, 8, 32) and torch.isfinite(out).all()

@@ -11,9 +11,10 @@ import torch
 import kernels
 from experiments import features, flops, grid, measure, providers
 from experiments.settings import ablation_settings, check, load_default
+from test_kernels import DEVICE
 
 CPU = torch.device("cpu")
-HOST_DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # the interpreter off a GPU host
+HOST_DEVICE = torch.device(DEVICE)  # the GPU where there is one, else the CPU through the interpreter
 
 
 @pytest.fixture
