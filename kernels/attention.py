@@ -58,10 +58,11 @@ ALGORITHMS = ("fa2", "fa1")
 # cuDNN's from 8k; at 64 only 0.98-1.11x, so 64 stays on the portable kernel (notes/perf.md, v12).
 HOPPER_DEFAULT_HEAD_DIMS = (128,)
 # (head dim, causal) at which flash_attention runs the Hopper backward (kernels/_hopper_bwd.py) when
-# `hopper_backward` is not given, deterministic=False and the kernel covers the call: where its draft
-# was faster than the portable backward on the H200 (1.05-1.20x at 64, 1.04-1.09x at 128 full; at 128
-# causal 0.95-1.01x, so that stays portable; notes/gluon_bwd_draft_bench_v3_h200.csv).
-HOPPER_BACKWARD_DEFAULTS = ((64, False), (64, True), (128, False))
+# `hopper_backward` is not given, deterministic=False and the kernel covers the call: every pair it
+# covers, as it is faster than the portable backward there on the H200 (the 8a451f2 archive's hopper
+# ablation: 1.06-1.20x at 64, 1.10-1.21x at 128 full, 1.01-1.08x at 128 causal, before the
+# self-loading schedule added 1.06-1.10x at 128; notes/perf.md v15, v16).
+HOPPER_BACKWARD_DEFAULTS = ((64, False), (64, True), (128, False), (128, True))
 
 
 def _interpreter_on() -> bool:
