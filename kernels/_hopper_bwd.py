@@ -128,6 +128,35 @@ def _visible(keys, queries, N_Q, N_K, causal_offset, CAUSAL: gl.constexpr):
     return visible
 
 
+@gluon.constexpr_function
+def _wgmma_layout(num_warps, cols):
+    """The register layout of a warpgroup MMA's accumulator with `cols` columns."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, cols, 16])
+
+
+@gluon.jit
+def _dq_mma(ds_smem, k_smem, buf, dq_zero, WHICH: gl.constexpr):
+    """This consumer's half of a dQ tile, dS K over all 128 keys: both consumers' dS^T (buffer `buf`)
+    read transposed as the A operand, against the WHICH-th half of K's columns. Asynchronous: the
+    caller waits."""
+    cols: gl.constexpr = k_smem.shape[2] // 2
+    dq = warpgroup_mma(ds_smem.index(buf * 2).permute((1, 0)), k_smem.index(0).slice(WHICH * cols, cols, dim=1),
+                       dq_zero, use_acc=False, is_async=True)
+    return warpgroup_mma(ds_smem.index(buf * 2 + 1).permute((1, 0)), k_smem.index(1).slice(WHICH * cols, cols, dim=1),
+                         dq, is_async=True)
+
+
+@gluon.jit
+def _reduce_dq(dq, dq_smem, dq_desc, row, WHICH: gl.constexpr):
+    """Stage this consumer's half of a dQ tile in shared memory and add it into the float32 accumulator
+    at (row, its columns) by one TMA reduce (the caller has waited for the previous one to drain)."""
+    cols: gl.constexpr = dq_smem.shape[2]
+    dq_smem.index(WHICH).store(dq)
+    fence_async_shared()
+    gl.thread_barrier()
+    _tma_reduce_add(dq_desc, [row, WHICH * cols], dq_smem.index(WHICH))
+
+
 @gluon.jit
 def _store_dk_dv(DK, DV, dk, dv, kv_row, first_key, N_K, sm_scale, acc_layout: gl.constexpr,
                  HALF_N: gl.constexpr, HEAD_DIM: gl.constexpr, WHICH: gl.constexpr):
@@ -153,16 +182,13 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, 
     With LOADS (the self-loading schedule, no producer warp) this consumer also issues the TMA loads:
     K and V and the ring's first STAGES - 1 tiles before its loop, then each tile STAGES - 1 ahead."""
     dtype: gl.constexpr = q_smem.dtype
-    st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                        instr_shape=[16, BLOCK_M, 16])
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                         instr_shape=[16, HEAD_DIM, 16])
+    st_layout: gl.constexpr = _wgmma_layout(num_warps, BLOCK_M)  # S^T and dP^T: keys x queries
+    acc_layout: gl.constexpr = _wgmma_layout(num_warps, HEAD_DIM)  # dK and dV: keys x head dim
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
     key_layout: gl.constexpr = gl.SliceLayout(1, st_layout)
     query_layout: gl.constexpr = gl.SliceLayout(0, st_layout)
     DQ_COLS: gl.constexpr = HEAD_DIM // 2
-    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                        instr_shape=[16, DQ_COLS, 16])
+    dq_layout: gl.constexpr = _wgmma_layout(num_warps, DQ_COLS)  # this consumer's half of a dQ tile
     k_tile = k_smem.index(WHICH)
     v_tile = v_smem.index(WHICH)
     first_key = key0 + WHICH * HALF_N
@@ -220,17 +246,10 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, 
         mbarrier.wait(ds_full.index(buf), (t // 2) & 1)
         tma.store_wait(0)  # the last tile's reduce has read the staging tile
         gl.thread_barrier()
-        dq = warpgroup_mma(ds_smem.index(buf * 2).permute((1, 0)),
-                           k_smem.index(0).slice(WHICH * DQ_COLS, DQ_COLS, dim=1), dq_zero,
-                           use_acc=False, is_async=True)
-        dq = warpgroup_mma(ds_smem.index(buf * 2 + 1).permute((1, 0)),
-                           k_smem.index(1).slice(WHICH * DQ_COLS, DQ_COLS, dim=1), dq, is_async=True)
+        dq = _dq_mma(ds_smem, k_smem, buf, dq_zero, WHICH)
         dq = warpgroup_mma_wait(0, deps=[dq])
         mbarrier.arrive(ds_empty.index(buf), count=1)
-        dq_smem.index(WHICH).store(dq * sm_scale)
-        fence_async_shared()
-        gl.thread_barrier()
-        _tma_reduce_add(dq_desc, [head * N_Q + q0, WHICH * DQ_COLS], dq_smem.index(WHICH))
+        _reduce_dq(dq * sm_scale, dq_smem, dq_desc, head * N_Q + q0, WHICH)
 
     _store_dk_dv(DK, DV, dk, dv, kv_row, first_key, N_K, sm_scale, acc_layout, HALF_N, HEAD_DIM, WHICH)
     tma.store_wait(0)
@@ -247,16 +266,13 @@ def _consumer_fused(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, r
     DRAIN_DK dK and dV drained before dQ starts (fewer live registers); and with SKIP_MASK the mask only
     on tiles that reach past an edge or the diagonal."""
     dtype: gl.constexpr = q_smem.dtype
-    st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                        instr_shape=[16, BLOCK_M, 16])
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                         instr_shape=[16, HEAD_DIM, 16])
+    st_layout: gl.constexpr = _wgmma_layout(num_warps, BLOCK_M)  # S^T and dP^T: keys x queries
+    acc_layout: gl.constexpr = _wgmma_layout(num_warps, HEAD_DIM)  # dK and dV: keys x head dim
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
     key_layout: gl.constexpr = gl.SliceLayout(1, st_layout)
     query_layout: gl.constexpr = gl.SliceLayout(0, st_layout)
     DQ_COLS: gl.constexpr = HEAD_DIM // 2
-    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                        instr_shape=[16, DQ_COLS, 16])
+    dq_layout: gl.constexpr = _wgmma_layout(num_warps, DQ_COLS)  # this consumer's half of a dQ tile
     k_tile = k_smem.index(WHICH)
     v_tile = v_smem.index(WHICH)
     first_key = key0 + WHICH * HALF_N
@@ -320,11 +336,7 @@ def _consumer_fused(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, r
         if DRAIN_DK:  # fewer live registers: dK and dV finish before dQ starts
             dv, dk = warpgroup_mma_wait(0, deps=[dv, dk])
         mbarrier.wait(ds_full.index(buf), (t // 2) & 1)
-        dq = warpgroup_mma(ds_smem.index(buf * 2).permute((1, 0)),
-                           k_smem.index(0).slice(WHICH * DQ_COLS, DQ_COLS, dim=1), dq_zero,
-                           use_acc=False, is_async=True)
-        dq = warpgroup_mma(ds_smem.index(buf * 2 + 1).permute((1, 0)),
-                           k_smem.index(1).slice(WHICH * DQ_COLS, DQ_COLS, dim=1), dq, is_async=True)
+        dq = _dq_mma(ds_smem, k_smem, buf, dq_zero, WHICH)
         if DRAIN_DK:
             dq = warpgroup_mma_wait(0, deps=[dq])
         else:
@@ -333,10 +345,7 @@ def _consumer_fused(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, r
         mbarrier.arrive(ds_empty.index(buf), count=1)
         tma.store_wait(0)  # the last tile's reduce has read the staging tile
         gl.thread_barrier()
-        dq_smem.index(WHICH).store(dq * sm_scale)
-        fence_async_shared()
-        gl.thread_barrier()
-        _tma_reduce_add(dq_desc, [head * N_Q + q0, WHICH * DQ_COLS], dq_smem.index(WHICH))
+        _reduce_dq(dq * sm_scale, dq_smem, dq_desc, head * N_Q + q0, WHICH)
 
     _store_dk_dv(DK, DV, dk, dv, kv_row, first_key, N_K, sm_scale, acc_layout, HALF_N, HEAD_DIM, WHICH)
     tma.store_wait(0)
