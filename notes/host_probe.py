@@ -1,0 +1,86 @@
+"""Host time per call at the speed grid's 512 cells, as the pipeline measures it, and where ours goes.
+
+    PYTHONPATH=. python3 notes/host_probe.py > notes/host_probe_h200.txt     (a CUDA GPU; about a minute)
+
+For each cell (batch 32, seqlen 512, hidden 2048, head dims 64 and 128, causal and full, fp16, inputs
+that require grad) and each of SDPA flash, ours, and ours with the plans off (every call resolves its
+arguments again, as before `kernels.attention._PLANS`): `experiments.measure._host_and_gpu_ms`, the
+median host time to issue one call into an empty queue and the median GPU time, for the forward and
+for forward+backward. Then a cProfile of ours at head dim 128 (the Hopper kernels), by own time.
+"""
+import cProfile
+import io
+import pstats
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from experiments.measure import _host_and_gpu_ms
+from kernels import attention, flash_attention
+
+
+class _NoPlans(dict):
+    """A plan dict that never holds a plan: every call resolves its arguments."""
+
+    def get(self, key, default=None):
+        return default
+
+
+def sdpa_flash(q, k, v, causal):
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+def ours(q, k, v, causal):
+    return flash_attention(q, k, v, causal=causal)
+
+
+def main():
+    plans = attention._PLANS
+    print("head_dim,causal,mode,provider,host_us,gpu_us", flush=True)
+    for head_dim in (64, 128):
+        for causal in (False, True):
+            shape = (32, 2048 // head_dim, 512, head_dim)
+            q, k, v = (torch.randn(*shape, device="cuda", dtype=torch.float16, requires_grad=True) for _ in range(3))
+            do = torch.randn(*shape, device="cuda", dtype=torch.float16)
+            for name, attend, plan_dict in (("sdpa_flash", sdpa_flash, plans), ("ours", ours, plans),
+                                            ("ours_no_plans", ours, _NoPlans())):
+                attention._PLANS = plan_dict
+                for mode in ("fwd", "fwd_bwd"):
+                    if mode == "fwd":
+                        def fn():
+                            return attend(q, k, v, causal)
+                    else:
+                        def fn():
+                            return torch.autograd.grad(attend(q, k, v, causal), (q, k, v), do)
+                    for _ in range(20):
+                        fn()
+                    host, gpu = _host_and_gpu_ms(fn, 51)
+                    print(f"{head_dim},{int(causal)},{mode},{name},{host * 1e3:.1f},{gpu * 1e3:.1f}", flush=True)
+            attention._PLANS = plans
+
+    shape = (32, 16, 512, 128)
+    q, k, v = (torch.randn(*shape, device="cuda", dtype=torch.float16, requires_grad=True) for _ in range(3))
+    do = torch.randn(*shape, device="cuda", dtype=torch.float16)
+    for label, calls, fn in (("forward calls (inputs require grad)", 1000, lambda: ours(q, k, v, True)),
+                             ("forward+backward calls on one thread", 300,
+                              lambda: torch.autograd.grad(ours(q, k, v, True), (q, k, v), do))):
+        with torch.autograd.set_multithreading_enabled(False):
+            for _ in range(20):
+                fn()
+            torch.cuda.synchronize()
+            profile = cProfile.Profile()
+            profile.enable()
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+            profile.disable()
+        text = io.StringIO()
+        pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(25)
+        print(f"\ncProfile of {calls} {label}, d128 causal, by own time:")
+        print(text.getvalue(), flush=True)
+
+
+if __name__ == "__main__":
+    main()
