@@ -1,6 +1,10 @@
-"""The v15 numbers of notes/perf.md: the Gluon backward in the `hopper` ablation, from a partial grid.
+"""The v15 and v16 numbers of notes/perf.md: the Gluon backward in the `hopper` ablation.
 
     .venv/bin/python notes/round15_summary.py > notes/round15_partial/summary.txt
+    .venv/bin/python notes/round15_summary.py notes/round16_partial/results > notes/round16_partial/summary.txt
+
+The optional argument is a results folder holding hopper.csv (v16's partial grid at 1e32447, three device
+calls of one session, `bash notes/h200_measure.sh 1e32447 sN results archive`).
 
 Reads results/archive/nvidia-h200/hopper.csv: the pipeline's own rows at commit 8a451f2, from the grid's
 steps on the lent H200 (`bash notes/h200_measure.sh 8a451f2 sN <targets>`, four steps over two sessions;
@@ -8,6 +12,7 @@ the first three left speed 60% measured, the fourth finished it and archived the
 turned around (> 1: ours faster), both measured in the same process. `hb` counts repetitions that ran
 host-bound (the GPU waited for the host); `spread` is the largest (p80 - p20) / median of a cell's rows.
 """
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -15,9 +20,9 @@ import pandas as pd
 ARCHIVE = Path(__file__).resolve().parent.parent / "results" / "archive" / "nvidia-h200"
 
 
-def main() -> None:
+def main(folder: Path = ARCHIVE) -> None:
     pd.set_option("display.width", 220)
-    rows = pd.read_csv(ARCHIVE / "hopper.csv")
+    rows = pd.read_csv(folder / "hopper.csv")
     print("commits:", ", ".join(sorted(rows["commit"].astype(str).unique())), "| gpu:", rows["gpu"].iloc[0])
     rows = rows[(rows["status"] == "ok") & rows["mode"].isin(["bwd", "fwd_bwd"])].copy()
     rows["arm"] = rows["provider"].where(rows["provider"] != "ours", "ours:" + rows["variant"])
@@ -53,4 +58,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else ARCHIVE)
