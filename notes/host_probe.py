@@ -6,7 +6,8 @@ For each cell (batch 32, seqlen 512, hidden 2048, head dims 64 and 128, causal a
 that require grad) and each of SDPA flash, ours, and ours with the plans off (every call resolves its
 arguments again, as before `kernels.attention._PLANS`): `experiments.measure._host_and_gpu_ms`, the
 median host time to issue one call into an empty queue and the median GPU time, for the forward and
-for forward+backward. Then a cProfile of ours at head dim 128 (the Hopper kernels), by own time.
+for forward+backward. Then a cProfile of ours at head dim 128 (the Hopper kernels), by own time. The plans
+are v16's (1e32447): on a tree without them (main while v16 is reverted) the ours_no_plans rows are left out.
 """
 import cProfile
 import io
@@ -37,16 +38,19 @@ def ours(q, k, v, causal):
 
 
 def main():
-    plans = attention._PLANS
+    plans = getattr(attention, "_PLANS", None)
     print("head_dim,causal,mode,provider,host_us,gpu_us", flush=True)
     for head_dim in (64, 128):
         for causal in (False, True):
             shape = (32, 2048 // head_dim, 512, head_dim)
             q, k, v = (torch.randn(*shape, device="cuda", dtype=torch.float16, requires_grad=True) for _ in range(3))
             do = torch.randn(*shape, device="cuda", dtype=torch.float16)
-            for name, attend, plan_dict in (("sdpa_flash", sdpa_flash, plans), ("ours", ours, plans),
-                                            ("ours_no_plans", ours, _NoPlans())):
-                attention._PLANS = plan_dict
+            arms = [("sdpa_flash", sdpa_flash, plans), ("ours", ours, plans)]
+            if plans is not None:
+                arms.append(("ours_no_plans", ours, _NoPlans()))
+            for name, attend, plan_dict in arms:
+                if plans is not None:
+                    attention._PLANS = plan_dict
                 for mode in ("fwd", "fwd_bwd"):
                     if mode == "fwd":
                         def fn():
@@ -58,7 +62,8 @@ def main():
                         fn()
                     host, gpu = _host_and_gpu_ms(fn, 51)
                     print(f"{head_dim},{int(causal)},{mode},{name},{host * 1e3:.1f},{gpu * 1e3:.1f}", flush=True)
-            attention._PLANS = plans
+            if plans is not None:
+                attention._PLANS = plans
 
     shape = (32, 16, 512, 128)
     q, k, v = (torch.randn(*shape, device="cuda", dtype=torch.float16, requires_grad=True) for _ in range(3))
