@@ -11,14 +11,16 @@ are v16's (1e32447): on a tree without them (main while v16 is reverted) the our
 """
 import cProfile
 import io
+import os
 import pstats
+import sys
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from experiments.measure import _host_and_gpu_ms
-from kernels import attention, flash_attention
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from host_overhead import sdpa as sdpa_flash  # noqa: E402  (notes/, beside this script)
+from experiments.measure import _host_and_gpu_ms  # noqa: E402
+from kernels import attention, flash_attention  # noqa: E402
 
 
 class _NoPlans(dict):
@@ -26,11 +28,6 @@ class _NoPlans(dict):
 
     def get(self, key, default=None):
         return default
-
-
-def sdpa_flash(q, k, v, causal):
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
 def ours(q, k, v, causal):
@@ -45,12 +42,12 @@ def main():
             shape = (32, 2048 // head_dim, 512, head_dim)
             q, k, v = (torch.randn(*shape, device="cuda", dtype=torch.float16, requires_grad=True) for _ in range(3))
             do = torch.randn(*shape, device="cuda", dtype=torch.float16)
-            arms = [("sdpa_flash", sdpa_flash, plans), ("ours", ours, plans)]
+            arms = [("sdpa_flash", sdpa_flash), ("ours", ours)]
             if plans is not None:
-                arms.append(("ours_no_plans", ours, _NoPlans()))
-            for name, attend, plan_dict in arms:
-                if plans is not None:
-                    attention._PLANS = plan_dict
+                arms.append(("ours_no_plans", ours))
+            for name, attend in arms:
+                if name == "ours_no_plans":
+                    attention._PLANS = _NoPlans()
                 for mode in ("fwd", "fwd_bwd"):
                     if mode == "fwd":
                         def fn():
@@ -62,8 +59,8 @@ def main():
                         fn()
                     host, gpu = _host_and_gpu_ms(fn, 51)
                     print(f"{head_dim},{int(causal)},{mode},{name},{host * 1e3:.1f},{gpu * 1e3:.1f}", flush=True)
-            if plans is not None:
-                attention._PLANS = plans
+                if name == "ours_no_plans":
+                    attention._PLANS = plans
 
     shape = (32, 16, 512, 128)
     q, k, v = (torch.randn(*shape, device="cuda", dtype=torch.float16, requires_grad=True) for _ in range(3))
