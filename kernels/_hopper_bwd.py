@@ -8,9 +8,9 @@ FlashAttention-2's Algorithm 2 and FlashAttention-3's backward:
 - a program owns 128 keys of one (batch, kv head); two consumer warpgroups own 64 of them each, with
   their K and V tiles in shared memory as the A operand of S^T = K Q^T and dP^T = V dO^T, and their
   dK, dV accumulators (64 x D float32) in registers (240 a thread, raised by `setmaxnreg`);
-- one producer warp loads K and V once, then streams the Q and dO tiles (64 query rows) of every
-  query head of the group that sees the keys by TMA into a ring of `STAGES` shared-memory slots,
-  each released by both consumers;
+- K and V are loaded once, then the Q and dO tiles (64 query rows) of every query head of the group
+  that sees the keys are streamed by TMA into a ring of `STAGES` shared-memory slots, each released
+  by both consumers; one producer warp issues the loads, or, in the self-loading schedule, consumer 0;
 - P^T = exp2(S^T * scale - lse), dV += P^T dO, dS^T = P^T (dP^T - delta), dK += dS^T Q;
 - dS^T goes through shared memory (double-buffered, guarded by two mbarriers) so that dQ_tile = dS K
   reads it transposed as the A operand; each consumer sums all 128 keys for half of dQ's columns
@@ -20,10 +20,13 @@ FlashAttention-2's Algorithm 2 and FlashAttention-3's backward:
   additions land in any order, so dQ is not bitwise reproducible (`deterministic=True` keeps the
   portable backward).
 
-Two consumer schedules, one per head dim (`SCHEDULES`, each the faster of the two on the H200,
-notes/perf.md v14): at head dim 64 the fused one (`_consumer_fused`: the next tile's lse and delta
+Three schedules (`SCHEDULES` picks one per head dim, the fastest on the H200, notes/perf.md v14-v16):
+at head dim 64 the fused one (`_consumer_fused` and the producer warp: the next tile's lse and delta
 loaded during this one, dK and dV drained before dQ, a three-slot ring, the mask only on tiles that
-reach an edge or the diagonal); at 128, where those cost spills, the plain one (`_consumer`).
+reach an edge or the diagonal); at 128 the self-loading one (`_consumer`, no producer warp: 8 warps,
+so the launch can give every thread 255 registers, where the 12 warps of a producer's launch leave
+168 and the plain consumers spill 172-308 bytes); "plain" (`_consumer` with the producer) stays for
+the tests and probes.
 
 It covers what the Hopper forward covers (float16 and bfloat16, head dims 64 and 128, causal with
 seqlen_q <= seqlen_k and full masks, grouped-query attention, (B, H, N, D) inputs whose heads' rows
@@ -55,9 +58,10 @@ BLOCK_M = 64  # query rows of one streamed tile
 CONSUMER_WARPS = 4
 TOTAL_WARPS = 12  # two consumer warpgroups and the producer's warp, which takes a warpgroup's registers
 MAX_REGS = 168  # per thread at launch, as the Hopper forward
-# head dim -> (consumer schedule, Q/dO ring slots): "fused" at 64 (1.05-1.20x the portable backward in
-# notes/gluon_bwd_draft_bench_v3_h200.csv, its mode 4), "plain" at 128 (0.95-1.09x, mode 2)
-SCHEDULES = {64: ("fused", 3), 128: ("plain", 2)}
+# head dim -> (schedule, Q/dO ring slots): "fused" at 64 (1.05-1.20x the portable backward in
+# notes/gluon_bwd_draft_bench_v3_h200.csv, its mode 4), "self_loading" at 128 (1.06-1.10x "plain" in
+# notes/gluon_bwd_v16_draft_check_bench_h200.txt)
+SCHEDULES = {64: ("fused", 3), 128: ("self_loading", 2)}
 _CONSUMER_WARPS = gl.constexpr(CONSUMER_WARPS)
 _CONSUMER_REGS = gl.constexpr(240)
 _PRODUCER_REGS = gl.constexpr(24)
@@ -67,7 +71,9 @@ _LOG2E = gl.constexpr(_hopper.LOG2E)
 def default_config(head_dim: int) -> dict:
     """The tiles at this head dim, for the record: query rows streamed, keys a program holds, warps (the
     producer's counted as a warpgroup, as the Hopper forward's are) and ring slots."""
-    return dict(block_m=BLOCK_M, block_n=BLOCK_N, num_warps=TOTAL_WARPS, num_stages=SCHEDULES[head_dim][1])
+    schedule, stages = SCHEDULES[head_dim]
+    warps = 2 * CONSUMER_WARPS if schedule == "self_loading" else TOTAL_WARPS
+    return dict(block_m=BLOCK_M, block_n=BLOCK_N, num_warps=warps, num_stages=stages)
 
 
 @builtin
@@ -80,24 +86,36 @@ def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
-              kv_row, q_head0, GROUP, N_Q, m_start, n_m, BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
-    """One warp: both consumers' K and V tiles once, then Q and dO tile by tile (every query head of the
-    group, query tiles m_start.. of each) into the ring."""
+def _issue_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, kv_row):
+    """Both consumers' K and V tiles by TMA, once."""
     mbarrier.expect(kv_bar, 2 * k_desc.block_type.nbytes + 2 * v_desc.block_type.nbytes)
     half: gl.constexpr = k_desc.block_type.shape[0]
     tma.async_copy_global_to_shared(k_desc, [kv_row, 0], kv_bar, k_smem.index(0))
     tma.async_copy_global_to_shared(k_desc, [kv_row + half, 0], kv_bar, k_smem.index(1))
     tma.async_copy_global_to_shared(v_desc, [kv_row, 0], kv_bar, v_smem.index(0))
     tma.async_copy_global_to_shared(v_desc, [kv_row + half, 0], kv_bar, v_smem.index(1))
+
+
+@gluon.jit
+def _issue_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, t, q_head0, N_Q, m_start, n_m, BLOCK_M: gl.constexpr,
+                STAGES: gl.constexpr):
+    """Tile t's Q and dO by TMA into its ring slot, once both consumers have released the slot."""
+    slot = t % STAGES
+    row = (q_head0 + t // n_m) * N_Q + (m_start + t % n_m) * BLOCK_M
+    mbarrier.wait(empty.index(slot), ((t // STAGES) & 1) ^ 1)  # a fresh barrier passes the wait on phase 1
+    mbarrier.expect(ready.index(slot), q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [row, 0], ready.index(slot), q_smem.index(slot))
+    tma.async_copy_global_to_shared(do_desc, [row, 0], ready.index(slot), do_smem.index(slot))
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
+              kv_row, q_head0, GROUP, N_Q, m_start, n_m, BLOCK_M: gl.constexpr, STAGES: gl.constexpr):
+    """One warp: both consumers' K and V tiles once, then Q and dO tile by tile (every query head of the
+    group, query tiles m_start.. of each) into the ring."""
+    _issue_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, kv_row)
     for t in range(GROUP * n_m):
-        slot = t % STAGES
-        phase = (t // STAGES) & 1
-        row = (q_head0 + t // n_m) * N_Q + (m_start + t % n_m) * BLOCK_M
-        mbarrier.wait(empty.index(slot), phase ^ 1)  # a fresh barrier passes the wait on phase 1
-        mbarrier.expect(ready.index(slot), q_desc.block_type.nbytes + do_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [row, 0], ready.index(slot), q_smem.index(slot))
-        tma.async_copy_global_to_shared(do_desc, [row, 0], ready.index(slot), do_smem.index(slot))
+        _issue_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, t, q_head0, N_Q, m_start, n_m, BLOCK_M, STAGES)
 
 
 @gluon.jit
@@ -108,6 +126,35 @@ def _visible(keys, queries, N_Q, N_K, causal_offset, CAUSAL: gl.constexpr):
     if CAUSAL:
         visible = visible & (gl.expand_dims(keys, 1) <= gl.expand_dims(queries, 0) + causal_offset)
     return visible
+
+
+@gluon.constexpr_function
+def _wgmma_layout(num_warps, cols):
+    """The register layout of a warpgroup MMA's accumulator with `cols` columns."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, cols, 16])
+
+
+@gluon.jit
+def _dq_mma(ds_smem, k_smem, buf, dq_zero, WHICH: gl.constexpr):
+    """This consumer's half of a dQ tile, dS K over all 128 keys: both consumers' dS^T (buffer `buf`)
+    read transposed as the A operand, against the WHICH-th half of K's columns. Asynchronous: the
+    caller waits."""
+    cols: gl.constexpr = k_smem.shape[2] // 2
+    dq = warpgroup_mma(ds_smem.index(buf * 2).permute((1, 0)), k_smem.index(0).slice(WHICH * cols, cols, dim=1),
+                       dq_zero, use_acc=False, is_async=True)
+    return warpgroup_mma(ds_smem.index(buf * 2 + 1).permute((1, 0)), k_smem.index(1).slice(WHICH * cols, cols, dim=1),
+                         dq, is_async=True)
+
+
+@gluon.jit
+def _reduce_dq(dq, dq_smem, dq_desc, row, WHICH: gl.constexpr):
+    """Stage this consumer's half of a dQ tile in shared memory and add it into the float32 accumulator
+    at (row, its columns) by one TMA reduce (the caller has waited for the previous one to drain)."""
+    cols: gl.constexpr = dq_smem.shape[2]
+    dq_smem.index(WHICH).store(dq)
+    fence_async_shared()
+    gl.thread_barrier()
+    _tma_reduce_add(dq_desc, [row, WHICH * cols], dq_smem.index(WHICH))
 
 
 @gluon.jit
@@ -127,21 +174,21 @@ def _store_dk_dv(DK, DV, dk, dv, kv_row, first_key, N_K, sm_scale, acc_layout: g
 @gluon.jit
 def _consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full, ds_empty,
               dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m, qk_scale, sm_scale,
-              WHICH: gl.constexpr, HALF_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
-              STAGES: gl.constexpr, CAUSAL: gl.constexpr, num_warps: gl.constexpr):
+              q_desc, k_desc, v_desc, do_desc, WHICH: gl.constexpr, HALF_N: gl.constexpr, BLOCK_M: gl.constexpr,
+              HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, LOADS: gl.constexpr,
+              num_warps: gl.constexpr):
     """The plain schedule. One warpgroup, keys [key0 + WHICH * HALF_N, + HALF_N): dK and dV over every
-    streamed query tile, and half of the columns of each tile's dQ over all 128 keys of the program."""
+    streamed query tile, and half of the columns of each tile's dQ over all 128 keys of the program.
+    With LOADS (the self-loading schedule, no producer warp) this consumer also issues the TMA loads:
+    K and V and the ring's first STAGES - 1 tiles before its loop, then each tile STAGES - 1 ahead."""
     dtype: gl.constexpr = q_smem.dtype
-    st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                        instr_shape=[16, BLOCK_M, 16])
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                         instr_shape=[16, HEAD_DIM, 16])
+    st_layout: gl.constexpr = _wgmma_layout(num_warps, BLOCK_M)  # S^T and dP^T: keys x queries
+    acc_layout: gl.constexpr = _wgmma_layout(num_warps, HEAD_DIM)  # dK and dV: keys x head dim
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
     key_layout: gl.constexpr = gl.SliceLayout(1, st_layout)
     query_layout: gl.constexpr = gl.SliceLayout(0, st_layout)
     DQ_COLS: gl.constexpr = HEAD_DIM // 2
-    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                        instr_shape=[16, DQ_COLS, 16])
+    dq_layout: gl.constexpr = _wgmma_layout(num_warps, DQ_COLS)  # this consumer's half of a dQ tile
     k_tile = k_smem.index(WHICH)
     v_tile = v_smem.index(WHICH)
     first_key = key0 + WHICH * HALF_N
@@ -152,6 +199,12 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, 
     dq_zero = gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout)
     dk = gl.zeros([HALF_N, HEAD_DIM], gl.float32, acc_layout)
     dv = gl.zeros([HALF_N, HEAD_DIM], gl.float32, acc_layout)
+    if LOADS:
+        _issue_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, kv_row)
+        for tn in gl.static_range(STAGES - 1):
+            if tn < GROUP * n_m:
+                _issue_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, tn, q_head0, N_Q, m_start, n_m, BLOCK_M,
+                            STAGES)
     mbarrier.wait(kv_bar, 0)
     for t in range(GROUP * n_m):
         slot = t % STAGES
@@ -160,6 +213,10 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, 
         q0 = (m_start + t % n_m) * BLOCK_M
         queries = q0 + tile_queries
         in_q = queries < N_Q
+        if LOADS:  # the tile STAGES - 1 ahead, into the slot tile t - 1 used, once both consumers released it
+            if t + STAGES - 1 < GROUP * n_m:
+                _issue_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, t + STAGES - 1, q_head0, N_Q, m_start,
+                            n_m, BLOCK_M, STAGES)
         lse = gl.load(Lse + (head * N_Q + queries).to(gl.int64), mask=in_q, other=0.0) * _LOG2E
         delta = gl.load(Delta + (head * N_Q + queries).to(gl.int64), mask=in_q, other=0.0)
         mbarrier.wait(ready.index(slot), phase)
@@ -189,17 +246,10 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, 
         mbarrier.wait(ds_full.index(buf), (t // 2) & 1)
         tma.store_wait(0)  # the last tile's reduce has read the staging tile
         gl.thread_barrier()
-        dq = warpgroup_mma(ds_smem.index(buf * 2).permute((1, 0)),
-                           k_smem.index(0).slice(WHICH * DQ_COLS, DQ_COLS, dim=1), dq_zero,
-                           use_acc=False, is_async=True)
-        dq = warpgroup_mma(ds_smem.index(buf * 2 + 1).permute((1, 0)),
-                           k_smem.index(1).slice(WHICH * DQ_COLS, DQ_COLS, dim=1), dq, is_async=True)
+        dq = _dq_mma(ds_smem, k_smem, buf, dq_zero, WHICH)
         dq = warpgroup_mma_wait(0, deps=[dq])
         mbarrier.arrive(ds_empty.index(buf), count=1)
-        dq_smem.index(WHICH).store(dq * sm_scale)
-        fence_async_shared()
-        gl.thread_barrier()
-        _tma_reduce_add(dq_desc, [head * N_Q + q0, WHICH * DQ_COLS], dq_smem.index(WHICH))
+        _reduce_dq(dq * sm_scale, dq_smem, dq_desc, head * N_Q + q0, WHICH)
 
     _store_dk_dv(DK, DV, dk, dv, kv_row, first_key, N_K, sm_scale, acc_layout, HALF_N, HEAD_DIM, WHICH)
     tma.store_wait(0)
@@ -216,16 +266,13 @@ def _consumer_fused(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, r
     DRAIN_DK dK and dV drained before dQ starts (fewer live registers); and with SKIP_MASK the mask only
     on tiles that reach past an edge or the diagonal."""
     dtype: gl.constexpr = q_smem.dtype
-    st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                        instr_shape=[16, BLOCK_M, 16])
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                         instr_shape=[16, HEAD_DIM, 16])
+    st_layout: gl.constexpr = _wgmma_layout(num_warps, BLOCK_M)  # S^T and dP^T: keys x queries
+    acc_layout: gl.constexpr = _wgmma_layout(num_warps, HEAD_DIM)  # dK and dV: keys x head dim
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
     key_layout: gl.constexpr = gl.SliceLayout(1, st_layout)
     query_layout: gl.constexpr = gl.SliceLayout(0, st_layout)
     DQ_COLS: gl.constexpr = HEAD_DIM // 2
-    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                                        instr_shape=[16, DQ_COLS, 16])
+    dq_layout: gl.constexpr = _wgmma_layout(num_warps, DQ_COLS)  # this consumer's half of a dQ tile
     k_tile = k_smem.index(WHICH)
     v_tile = v_smem.index(WHICH)
     first_key = key0 + WHICH * HALF_N
@@ -289,11 +336,7 @@ def _consumer_fused(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, r
         if DRAIN_DK:  # fewer live registers: dK and dV finish before dQ starts
             dv, dk = warpgroup_mma_wait(0, deps=[dv, dk])
         mbarrier.wait(ds_full.index(buf), (t // 2) & 1)
-        dq = warpgroup_mma(ds_smem.index(buf * 2).permute((1, 0)),
-                           k_smem.index(0).slice(WHICH * DQ_COLS, DQ_COLS, dim=1), dq_zero,
-                           use_acc=False, is_async=True)
-        dq = warpgroup_mma(ds_smem.index(buf * 2 + 1).permute((1, 0)),
-                           k_smem.index(1).slice(WHICH * DQ_COLS, DQ_COLS, dim=1), dq, is_async=True)
+        dq = _dq_mma(ds_smem, k_smem, buf, dq_zero, WHICH)
         if DRAIN_DK:
             dq = warpgroup_mma_wait(0, deps=[dq])
         else:
@@ -302,10 +345,7 @@ def _consumer_fused(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, r
         mbarrier.arrive(ds_empty.index(buf), count=1)
         tma.store_wait(0)  # the last tile's reduce has read the staging tile
         gl.thread_barrier()
-        dq_smem.index(WHICH).store(dq * sm_scale)
-        fence_async_shared()
-        gl.thread_barrier()
-        _tma_reduce_add(dq_desc, [head * N_Q + q0, WHICH * DQ_COLS], dq_smem.index(WHICH))
+        _reduce_dq(dq * sm_scale, dq_smem, dq_desc, head * N_Q + q0, WHICH)
 
     _store_dk_dv(DK, DV, dk, dv, kv_row, first_key, N_K, sm_scale, acc_layout, HALF_N, HEAD_DIM, WHICH)
     tma.store_wait(0)
@@ -314,9 +354,9 @@ def _consumer_fused(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, r
 @gluon.jit
 def _hopper_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, DK, DV, N_Q, N_K, KV_HEADS, GROUP,
                 qk_scale, sm_scale, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-                CAUSAL: gl.constexpr, FUSED: gl.constexpr, num_warps: gl.constexpr):
+                CAUSAL: gl.constexpr, FUSED: gl.constexpr, SELF_LOADING: gl.constexpr, num_warps: gl.constexpr):
     """A program: 2 x HALF_N keys of one (batch, kv head); warps: consumer 0 (the default partition),
-    consumer 1 and the producer."""
+    consumer 1 and, unless SELF_LOADING (consumer 0 issues the loads), the producer."""
     HALF: gl.constexpr = k_desc.block_type.shape[0]
     key0 = gl.program_id(0) * 2 * HALF
     off_hkv = gl.program_id(1)  # batch * KV_HEADS + kv head
@@ -350,7 +390,18 @@ def _hopper_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, DK, DV, N_
         mbarrier.init(ds_full.index(i), count=2)
         mbarrier.init(ds_empty.index(i), count=2)
 
-    if FUSED:
+    if SELF_LOADING:  # two warpgroups and no producer warp: the launch's registers all go to the consumers
+        gl.warp_specialize([
+            (_consumer, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full, ds_empty,
+                         dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m,
+                         qk_scale, sm_scale, q_desc, k_desc, v_desc, do_desc, 0, HALF, BLOCK_M, HEAD_DIM, STAGES,
+                         CAUSAL, True, num_warps)),
+            (_consumer, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full, ds_empty,
+                         dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m,
+                         qk_scale, sm_scale, q_desc, k_desc, v_desc, do_desc, 1, HALF, BLOCK_M, HEAD_DIM, STAGES,
+                         CAUSAL, False, num_warps)),
+        ], [_CONSUMER_WARPS], [_CONSUMER_REGS])
+    elif FUSED:
         gl.warp_specialize([
             (_consumer_fused, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full,
                                ds_empty, dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K,
@@ -367,10 +418,12 @@ def _hopper_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, DK, DV, N_
         gl.warp_specialize([
             (_consumer, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full, ds_empty,
                          dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m,
-                         qk_scale, sm_scale, 0, HALF, BLOCK_M, HEAD_DIM, STAGES, CAUSAL, num_warps)),
+                         qk_scale, sm_scale, q_desc, k_desc, v_desc, do_desc, 0, HALF, BLOCK_M, HEAD_DIM, STAGES,
+                         CAUSAL, False, num_warps)),
             (_consumer, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full, ds_empty,
                          dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m,
-                         qk_scale, sm_scale, 1, HALF, BLOCK_M, HEAD_DIM, STAGES, CAUSAL, num_warps)),
+                         qk_scale, sm_scale, q_desc, k_desc, v_desc, do_desc, 1, HALF, BLOCK_M, HEAD_DIM, STAGES,
+                         CAUSAL, False, num_warps)),
             (_producer, (q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
                          kv_row, q_head0, GROUP, N_Q, m_start, n_m, BLOCK_M, STAGES)),
         ], [_CONSUMER_WARPS, 1], [_CONSUMER_REGS, _PRODUCER_REGS])
@@ -395,9 +448,17 @@ def kernel_args(q, k, v, do, dq_acc, lse, delta, dk, dv, softmax_scale: float, c
     args = (_hopper._descriptor(q, BLOCK_M), _hopper._descriptor(k, HALF_N), _hopper._descriptor(v, HALF_N),
             _hopper._descriptor(do, BLOCK_M), dq_descriptor(dq_acc), lse, delta, dk, dv, n_q, n_k, kv_heads,
             heads // kv_heads, softmax_scale * _hopper.LOG2E, softmax_scale)
+    schedule = schedule or default_schedule
     constants = dict(BLOCK_M=BLOCK_M, HEAD_DIM=head_dim, STAGES=stages or default_stages, CAUSAL=bool(causal),
-                     FUSED=(schedule or default_schedule) == "fused", num_warps=CONSUMER_WARPS)
+                     FUSED=schedule == "fused", SELF_LOADING=schedule == "self_loading", num_warps=CONSUMER_WARPS)
     return args, constants
+
+
+def max_regs(schedule: str) -> int:
+    """Registers a thread at launch: 65536 over the 12 warps of two consumer warpgroups and the producer's
+    warp (which takes a warpgroup's share), or over 8 without the producer. ptxas allocates each
+    consumer within this, whatever `setmaxnreg` raises it to (notes/gluon_bwd_v16_draft.py)."""
+    return 256 if schedule == "self_loading" else MAX_REGS
 
 
 def hopper_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
@@ -405,7 +466,7 @@ def hopper_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
                     stages: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv of attention(q, k, v) given the output, its log-sum-exp and d_out (callers check
     `hopper_unsupported` first; do and out may have any strides: they are made contiguous here).
-    `schedule` ("plain" or "fused") and `stages` override SCHEDULES (for the tests and probes). Both
+    `schedule` ("plain", "fused" or "self_loading") and `stages` override SCHEDULES (for the tests and probes). Both
     kernels launch as the Hopper forward does: through Triton's JIT on a shape's first call, then
     directly (`kernels._launch`)."""
     batch, heads, n_q, head_dim = q.shape
@@ -426,12 +487,13 @@ def hopper_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     def jit_launch():
         args, constants = kernel_args(q, k, v, do, dq_acc, lse, delta, dk, dv, softmax_scale, causal, schedule,
                                       stages)
-        return _hopper_bwd[grid](*args, **constants, maxnreg=MAX_REGS)
+        return _hopper_bwd[grid](*args, **constants, maxnreg=max_regs(schedule))
 
     def direct_args():
         return (row_descriptor(q), row_descriptor(k), row_descriptor(v), row_descriptor(do), row_descriptor(dq_acc),
                 lse, delta, dk, dv, n_q, k.shape[2], k.shape[1], heads // k.shape[1], softmax_scale * _hopper.LOG2E,
-                softmax_scale, BLOCK_M, head_dim, stages, bool(causal), schedule == "fused", CONSUMER_WARPS)
+                softmax_scale, BLOCK_M, head_dim, stages, bool(causal), schedule == "fused",
+                schedule == "self_loading", CONSUMER_WARPS)
 
     # lse is the only input allocated outside: its alignment is part of the specialisation
     launch_keyed(("hopper_bwd", q.dtype, tuple(q.shape), tuple(k.shape), schedule, stages, bool(causal),

@@ -9,6 +9,11 @@ The forward and backward launches are registered as custom ops (`flash_attn_trit
 ties them together, so `torch.compile(..., fullgraph=True)` traces a model that calls
 `flash_attention` without a graph break.
 
+In eager mode a call resolves its arguments (the checks, the options, which kernels run) once per
+layout and arguments: the plan is kept (`_PLANS`, keyed by `_plan_key`), and a repeated call, as a
+training loop makes, goes straight to the launch. Calls with tensors besides q, k, v (ALiBi slopes,
+packed batches, fp8 descales) and explicit tiles resolve every time.
+
 The training features of flash-attn 2.8 (sliding window, softcap, ALiBi, dropout) are keyword
 arguments too. Everything that is not a tensor travels to the ops as one `AttentionOptions`
 (kernels/options.py) encoded as a string; the ALiBi slopes and the dropout seed travel as
@@ -41,6 +46,7 @@ import functools
 import math
 import numbers
 import os
+from typing import NamedTuple
 
 import torch
 
@@ -58,10 +64,11 @@ ALGORITHMS = ("fa2", "fa1")
 # cuDNN's from 8k; at 64 only 0.98-1.11x, so 64 stays on the portable kernel (notes/perf.md, v12).
 HOPPER_DEFAULT_HEAD_DIMS = (128,)
 # (head dim, causal) at which flash_attention runs the Hopper backward (kernels/_hopper_bwd.py) when
-# `hopper_backward` is not given, deterministic=False and the kernel covers the call: where its draft
-# was faster than the portable backward on the H200 (1.05-1.20x at 64, 1.04-1.09x at 128 full; at 128
-# causal 0.95-1.01x, so that stays portable; notes/gluon_bwd_draft_bench_v3_h200.csv).
-HOPPER_BACKWARD_DEFAULTS = ((64, False), (64, True), (128, False))
+# `hopper_backward` is not given, deterministic=False and the kernel covers the call: every pair it
+# covers, as it is faster than the portable backward there on the H200 (the 8a451f2 archive's hopper
+# ablation: 1.06-1.20x at 64, 1.10-1.21x at 128 full, 1.01-1.08x at 128 causal, before the
+# self-loading schedule added 1.06-1.10x at 128; notes/perf.md v15, v16).
+HOPPER_BACKWARD_DEFAULTS = ((64, False), (64, True), (128, False), (128, True))
 
 
 def _interpreter_on() -> bool:
@@ -402,6 +409,35 @@ def _draw_dropout_seed(device: torch.device) -> torch.Tensor:
     return torch.randint(0, 2**62, (1,), dtype=torch.int64, device=device)
 
 
+class _Plan(NamedTuple):
+    """What `flash_attention`'s checks resolve a call to, kept for the calls that repeat it."""
+    options: str  # the encoded AttentionOptions, the Hopper kernels' choice included
+    negate_q: bool  # softmax_scale < 0: the kernels run on -q with |scale|
+
+
+# Plans by `_plan_key`; a training loop makes a handful. Past the bound the dict is cleared and refilled.
+_PLANS: dict = {}
+MAX_PLANS = 1024
+
+
+def _plan_key(q, k, v, arguments: tuple) -> tuple | None:
+    """Everything `flash_attention`'s checks read of a call without tensors besides q, k and v: each
+    tensor's type, shape, strides, dtype, device and whether its address is 16-byte aligned (the Hopper
+    kernels' condition), whether the interpreter is on, and each other argument with its type (so that a
+    value the checks refuse, such as dropout_p=False, never matches an accepted 0.0). None where an
+    argument cannot be a key (the checks then say what is wrong with it)."""
+    try:
+        window = arguments[2]
+        key = (type(q), q.shape, q.stride(), q.dtype, q.device, q.data_ptr() & 15 == 0,
+                type(k), k.shape, k.stride(), k.dtype, k.device, k.data_ptr() & 15 == 0,
+                type(v), v.shape, v.stride(), v.dtype, v.device, v.data_ptr() & 15 == 0,
+                _interpreter_on(), tuple(map(type, arguments)), tuple(map(type, window)), arguments)
+        hash(key)
+        return key
+    except (AttributeError, TypeError, RuntimeError):  # not tensors, an unhashable or odd argument
+        return None
+
+
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
                     softmax_scale: float | None = None, return_lse: bool = False, *,
                     window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
@@ -537,121 +573,146 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     Returns o (B, H, Nq, D), laid out like q where q is dense (bfloat16 for fp8 inputs), then
     lse with return_lse, then the probabilities with return_probs (a tuple when either is set).
     """
-    check_inputs(q, k, v, fp8=True)
-    fp8 = q.dtype == FP8_DTYPE
-    if not fp8 and any(d is not None for d in (q_descale, k_descale, v_descale)):
-        raise ValueError(f"q_descale, k_descale and v_descale are for torch.float8_e4m3fn inputs; q, k, v have "
-                         f"dtype {q.dtype}")
-    _check_algorithm(algorithm)
-    if hopper is not None and not isinstance(hopper, bool):
-        raise ValueError(f"hopper must be None (the default: chosen per call), True or False, got {hopper!r}")
-    if hopper_backward is not None and not isinstance(hopper_backward, bool):
-        raise ValueError(f"hopper_backward must be None (the default: chosen per call), True or False, "
-                         f"got {hopper_backward!r}")
-    if hopper is not True and not hopper_overlap:
-        raise ValueError("hopper_overlap=False is a switch of the Hopper forward: it needs hopper=True")
-    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
-    batch = _check_varlen_args(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) if varlen else q.shape[0]
-    window_left, window_right = _check_window(window_size)
-    if not isinstance(softcap, numbers.Real) or isinstance(softcap, bool) or not math.isfinite(softcap) or softcap < 0:
-        raise ValueError(f"softcap must be a finite float >= 0 (0: off), got {softcap!r}")
-    if (not isinstance(dropout_p, numbers.Real) or isinstance(dropout_p, bool)
-            or not 0.0 <= dropout_p < 1.0):
-        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
-    alibi = _check_alibi(alibi_slopes, q, batch)
-    if deterministic and atomic_dq:
-        raise ValueError("deterministic=True cannot be combined with atomic_dq=True (atomic adds give up bitwise "
-                         "determinism)")
-    if deterministic and hopper_backward is True:
-        raise ValueError("deterministic=True cannot be combined with hopper_backward=True (its dQ is a sum of "
-                         "TMA reduce-adds in any order)")
-    if algorithm == "fa1":
-        fa2_only = dict(recompute=True, deferred_rescale=True, seq_parallel=True, skip_masked_tiles=True,
-                        atomic_dq=False)
-        given = dict(recompute=recompute, deferred_rescale=deferred_rescale, seq_parallel=seq_parallel,
-                     skip_masked_tiles=skip_masked_tiles, atomic_dq=atomic_dq)
-        conflicts = [f"{name}={given[name]!r}" for name, default in fa2_only.items() if bool(given[name]) != default]
-        if conflicts:
-            raise ValueError(f"algorithm='fa1' cannot be combined with {', '.join(conflicts)}: "
-                             "those switches are ablations of the FlashAttention-2 kernels")
-    head_dim = q.shape[-1]
-    if softmax_scale is None:
-        softmax_scale = 1.0 / math.sqrt(head_dim)
-    elif not math.isfinite(softmax_scale):
-        raise ValueError(f"softmax_scale must be finite, got {softmax_scale}")
-    if softmax_scale < 0:
-        # The kernels subtract the running max of the scaled scores, which they take as the max of
-        # the unscaled scores times the scale; a negative scale would turn that into the minimum
-        # (exp overflow, NaN). Scaling -q by |scale| gives the same scores, and the gradient flows
-        # back through the negation.
-        q, softmax_scale = (_negated_fp8(q) if fp8 else q.neg()), -softmax_scale
-    for name, tiles in (("fwd_tiles", fwd_tiles), ("bwd_tiles", bwd_tiles)):
-        if tiles is not None and not isinstance(tiles, TileConfig):
-            raise ValueError(f"{name} must be a kernels.TileConfig or None, got {type(tiles).__name__}")
-    if fp8:
-        _refuse_for_fp8(q, k, v, window_size=(window_left, window_right) != (-1, -1), softcap=softcap > 0,
-                        alibi_slopes=alibi is not None, dropout_p=dropout_p > 0, return_probs=bool(return_probs),
-                        **{"cu_seqlens_q/cu_seqlens_k (packed batches)": varlen,
-                           "algorithm='fa1'": algorithm == "fa1", "bwd_tiles": bwd_tiles is not None,
-                           "atomic_dq=True": bool(atomic_dq), "recompute=False": not recompute,
-                           "deferred_rescale=False": not deferred_rescale, "seq_parallel=False": not seq_parallel,
-                           "skip_masked_tiles=False": not skip_masked_tiles, "hopper=True": hopper is True,
-                           "hopper_backward=True": hopper_backward is True})
-        kv_heads = k.shape[1]
-        descales = (_check_descale("q_descale", q_descale, batch, q.shape[1], q),
-                    _check_descale("k_descale", k_descale, batch, kv_heads, q),
-                    _check_descale("v_descale", v_descale, batch, kv_heads, q))
-        if q.numel() == 0:
-            out = torch.empty_like(q, dtype=torch.bfloat16)
-            lse = q.new_empty(q.shape[:3], dtype=torch.float32)
-            return (out, lse) if return_lse else out
-        opts = AttentionOptions(softmax_scale=float(softmax_scale), causal=bool(causal),
-                                fwd_tiles=_tile_list(fwd_tiles or default_tiles(head_dim, "fwd", fp8=True)),
-                                fit_fwd_tiles=fwd_tiles is None)
-        forward = torch.ops.flash_attn_triton.fwd_fp8 if torch.compiler.is_compiling() else _fp8_forward_impl
-        out, lse = forward(q, k, v, *descales, opts.encode())
-        return (out, lse) if return_lse else out
-    # Default configs may step down where a switch needs more on-chip memory; explicit ones may not.
-    opts = AttentionOptions(
-        softmax_scale=float(softmax_scale), causal=bool(causal), window_left=window_left, window_right=window_right,
-        softcap=float(softcap), dropout_p=float(dropout_p),
-        fwd_tiles=_tile_list(fwd_tiles or default_tiles_for(head_dim, "fwd", algorithm, dropout_p)),
-        bwd_tiles=_tile_list(bwd_tiles or default_tiles_for(head_dim, "bwd", algorithm, dropout_p)),
-        fit_fwd_tiles=fwd_tiles is None, fit_bwd_tiles=bwd_tiles is None,
-        recompute=bool(recompute), deferred_rescale=bool(deferred_rescale), seq_parallel=bool(seq_parallel),
-        skip_masked_tiles=bool(skip_masked_tiles), atomic_dq=bool(atomic_dq), algorithm=algorithm,
-        max_seqlen_q=int(max_seqlen_q) if varlen else 0, max_seqlen_k=int(max_seqlen_k) if varlen else 0,
-        hopper=bool(hopper), hopper_overlap=bool(hopper_overlap), hopper_backward=hopper_backward is True)
-    if varlen:
-        check_varlen(opts, cu_seqlens_q, cu_seqlens_k)
-    features = opts.features + (["alibi_slopes"] if alibi is not None else [])
-    if features and algorithm == "fa1":
-        raise NotImplementedError(f"{', '.join(features)} not supported with algorithm='fa1'")
-    if features and not recompute:
-        raise NotImplementedError(f"{', '.join(features)} not supported with recompute=False (stored scores)")
-
-    if hopper:
-        _check_hopper(q, k, v, opts, alibi, varlen, fwd_tiles)
-    if hopper_backward:
-        _check_hopper(q, k, v, opts, alibi, varlen, bwd_tiles, switch="hopper_backward")
-    default_forward = hopper is None and hopper_forward_by_default(head_dim, q.device)
-    default_backward = (hopper_backward is None and not deterministic
-                        and hopper_backward_by_default(head_dim, causal, q.device))
-    if default_forward or default_backward:
-        opts = dataclasses.replace(
-            opts, hopper=opts.hopper or (default_forward and not _hopper_gaps(q, k, v, opts, alibi, varlen, fwd_tiles)),
-            hopper_backward=opts.hopper_backward or (default_backward and not _hopper_gaps(
-                q, k, v, opts, alibi, varlen, bwd_tiles, switch="hopper_backward")))
-
     def result(out, lse, probs):
         extra = ((lse,) if return_lse else ()) + ((probs,) if return_probs else ())
         return (out, *extra) if extra else out
 
-    if q.numel() == 0:  # empty batch, heads or queries: nothing to launch
-        out = torch.empty_like(q)
-        lse = q.new_empty(q.shape[:3], dtype=torch.float32)
-        probs_shape = (batch, q.shape[1], max_seqlen_q, max_seqlen_k) if varlen else (*q.shape[:3], k.shape[2])
-        return result(out, lse, q.new_zeros(probs_shape, dtype=torch.float32))
+    # A repeated call (same tensor layouts and arguments) takes its options from the plan its first
+    # call resolved, without the checks below (the calls that carry tensors besides q, k, v resolve
+    # every time).
+    key = None
+    if (alibi_slopes is None and cu_seqlens_q is None and cu_seqlens_k is None and fwd_tiles is None
+            and bwd_tiles is None and q_descale is None and k_descale is None and v_descale is None
+            and not torch.compiler.is_compiling()):
+        key = _plan_key(q, k, v, (causal, softmax_scale, window_size, softcap, dropout_p, deterministic, atomic_dq,
+                                  recompute, deferred_rescale, seq_parallel, skip_masked_tiles, algorithm, hopper,
+                                  hopper_overlap, hopper_backward))
+    plan = _PLANS.get(key) if key is not None else None
+    if plan is not None:
+        alibi = None
+        varlen = False
+        if plan.negate_q:
+            q = q.neg()
+        options = plan.options
+    else:
+        check_inputs(q, k, v, fp8=True)
+        fp8 = q.dtype == FP8_DTYPE
+        if not fp8 and any(d is not None for d in (q_descale, k_descale, v_descale)):
+            raise ValueError(f"q_descale, k_descale and v_descale are for torch.float8_e4m3fn inputs; q, k, v have "
+                             f"dtype {q.dtype}")
+        _check_algorithm(algorithm)
+        if hopper is not None and not isinstance(hopper, bool):
+            raise ValueError(f"hopper must be None (the default: chosen per call), True or False, got {hopper!r}")
+        if hopper_backward is not None and not isinstance(hopper_backward, bool):
+            raise ValueError(f"hopper_backward must be None (the default: chosen per call), True or False, "
+                             f"got {hopper_backward!r}")
+        if hopper is not True and not hopper_overlap:
+            raise ValueError("hopper_overlap=False is a switch of the Hopper forward: it needs hopper=True")
+        varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+        batch = _check_varlen_args(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) if varlen else q.shape[0]
+        window_left, window_right = _check_window(window_size)
+        if not isinstance(softcap, numbers.Real) or isinstance(softcap, bool) or not math.isfinite(softcap) or softcap < 0:
+            raise ValueError(f"softcap must be a finite float >= 0 (0: off), got {softcap!r}")
+        if (not isinstance(dropout_p, numbers.Real) or isinstance(dropout_p, bool)
+                or not 0.0 <= dropout_p < 1.0):
+            raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
+        alibi = _check_alibi(alibi_slopes, q, batch)
+        if deterministic and atomic_dq:
+            raise ValueError("deterministic=True cannot be combined with atomic_dq=True (atomic adds give up bitwise "
+                             "determinism)")
+        if deterministic and hopper_backward is True:
+            raise ValueError("deterministic=True cannot be combined with hopper_backward=True (its dQ is a sum of "
+                             "TMA reduce-adds in any order)")
+        if algorithm == "fa1":
+            fa2_only = dict(recompute=True, deferred_rescale=True, seq_parallel=True, skip_masked_tiles=True,
+                            atomic_dq=False)
+            given = dict(recompute=recompute, deferred_rescale=deferred_rescale, seq_parallel=seq_parallel,
+                         skip_masked_tiles=skip_masked_tiles, atomic_dq=atomic_dq)
+            conflicts = [f"{name}={given[name]!r}" for name, default in fa2_only.items() if bool(given[name]) != default]
+            if conflicts:
+                raise ValueError(f"algorithm='fa1' cannot be combined with {', '.join(conflicts)}: "
+                                 "those switches are ablations of the FlashAttention-2 kernels")
+        head_dim = q.shape[-1]
+        if softmax_scale is None:
+            softmax_scale = 1.0 / math.sqrt(head_dim)
+        elif not math.isfinite(softmax_scale):
+            raise ValueError(f"softmax_scale must be finite, got {softmax_scale}")
+        q_given = q
+        if softmax_scale < 0:
+            # The kernels subtract the running max of the scaled scores, which they take as the max of
+            # the unscaled scores times the scale; a negative scale would turn that into the minimum
+            # (exp overflow, NaN). Scaling -q by |scale| gives the same scores, and the gradient flows
+            # back through the negation.
+            q, softmax_scale = (_negated_fp8(q) if fp8 else q.neg()), -softmax_scale
+        negate_q = q is not q_given
+        for name, tiles in (("fwd_tiles", fwd_tiles), ("bwd_tiles", bwd_tiles)):
+            if tiles is not None and not isinstance(tiles, TileConfig):
+                raise ValueError(f"{name} must be a kernels.TileConfig or None, got {type(tiles).__name__}")
+        if fp8:
+            _refuse_for_fp8(q, k, v, window_size=(window_left, window_right) != (-1, -1), softcap=softcap > 0,
+                            alibi_slopes=alibi is not None, dropout_p=dropout_p > 0, return_probs=bool(return_probs),
+                            **{"cu_seqlens_q/cu_seqlens_k (packed batches)": varlen,
+                               "algorithm='fa1'": algorithm == "fa1", "bwd_tiles": bwd_tiles is not None,
+                               "atomic_dq=True": bool(atomic_dq), "recompute=False": not recompute,
+                               "deferred_rescale=False": not deferred_rescale, "seq_parallel=False": not seq_parallel,
+                               "skip_masked_tiles=False": not skip_masked_tiles, "hopper=True": hopper is True,
+                               "hopper_backward=True": hopper_backward is True})
+            kv_heads = k.shape[1]
+            descales = (_check_descale("q_descale", q_descale, batch, q.shape[1], q),
+                        _check_descale("k_descale", k_descale, batch, kv_heads, q),
+                        _check_descale("v_descale", v_descale, batch, kv_heads, q))
+            if q.numel() == 0:
+                out = torch.empty_like(q, dtype=torch.bfloat16)
+                lse = q.new_empty(q.shape[:3], dtype=torch.float32)
+                return (out, lse) if return_lse else out
+            opts = AttentionOptions(softmax_scale=float(softmax_scale), causal=bool(causal),
+                                    fwd_tiles=_tile_list(fwd_tiles or default_tiles(head_dim, "fwd", fp8=True)),
+                                    fit_fwd_tiles=fwd_tiles is None)
+            forward = torch.ops.flash_attn_triton.fwd_fp8 if torch.compiler.is_compiling() else _fp8_forward_impl
+            out, lse = forward(q, k, v, *descales, opts.encode())
+            return (out, lse) if return_lse else out
+        # Default configs may step down where a switch needs more on-chip memory; explicit ones may not.
+        opts = AttentionOptions(
+            softmax_scale=float(softmax_scale), causal=bool(causal), window_left=window_left, window_right=window_right,
+            softcap=float(softcap), dropout_p=float(dropout_p),
+            fwd_tiles=_tile_list(fwd_tiles or default_tiles_for(head_dim, "fwd", algorithm, dropout_p)),
+            bwd_tiles=_tile_list(bwd_tiles or default_tiles_for(head_dim, "bwd", algorithm, dropout_p)),
+            fit_fwd_tiles=fwd_tiles is None, fit_bwd_tiles=bwd_tiles is None,
+            recompute=bool(recompute), deferred_rescale=bool(deferred_rescale), seq_parallel=bool(seq_parallel),
+            skip_masked_tiles=bool(skip_masked_tiles), atomic_dq=bool(atomic_dq), algorithm=algorithm,
+            max_seqlen_q=int(max_seqlen_q) if varlen else 0, max_seqlen_k=int(max_seqlen_k) if varlen else 0,
+            hopper=bool(hopper), hopper_overlap=bool(hopper_overlap), hopper_backward=hopper_backward is True)
+        if varlen:
+            check_varlen(opts, cu_seqlens_q, cu_seqlens_k)
+        features = opts.features + (["alibi_slopes"] if alibi is not None else [])
+        if features and algorithm == "fa1":
+            raise NotImplementedError(f"{', '.join(features)} not supported with algorithm='fa1'")
+        if features and not recompute:
+            raise NotImplementedError(f"{', '.join(features)} not supported with recompute=False (stored scores)")
+
+        if hopper:
+            _check_hopper(q, k, v, opts, alibi, varlen, fwd_tiles)
+        if hopper_backward:
+            _check_hopper(q, k, v, opts, alibi, varlen, bwd_tiles, switch="hopper_backward")
+        default_forward = hopper is None and hopper_forward_by_default(head_dim, q.device)
+        default_backward = (hopper_backward is None and not deterministic
+                            and hopper_backward_by_default(head_dim, causal, q.device))
+        if default_forward or default_backward:
+            opts = dataclasses.replace(
+                opts, hopper=opts.hopper or (default_forward and not _hopper_gaps(q, k, v, opts, alibi, varlen, fwd_tiles)),
+                hopper_backward=opts.hopper_backward or (default_backward and not _hopper_gaps(
+                    q, k, v, opts, alibi, varlen, bwd_tiles, switch="hopper_backward")))
+
+        if q.numel() == 0:  # empty batch, heads or queries: nothing to launch
+            out = torch.empty_like(q)
+            lse = q.new_empty(q.shape[:3], dtype=torch.float32)
+            probs_shape = (batch, q.shape[1], max_seqlen_q, max_seqlen_k) if varlen else (*q.shape[:3], k.shape[2])
+            return result(out, lse, q.new_zeros(probs_shape, dtype=torch.float32))
+        options = opts.encode()
+        if key is not None:
+            if len(_PLANS) >= MAX_PLANS:
+                _PLANS.clear()
+            _PLANS[key] = _Plan(options, negate_q)
 
     # 2026-11 (torch 2.13): dynamo refuses autograd.Function.apply when one tensor is passed
     # as several inputs (self-attention with q = k = v); a view gives each input its own
@@ -662,17 +723,18 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         v = v.view_as(v)
     if varlen and cu_seqlens_k is cu_seqlens_q:  # self-attention's one cu_seqlens: the same rule
         cu_seqlens_k = cu_seqlens_k.view_as(cu_seqlens_k)
-    seed = _draw_dropout_seed(q.device) if opts.dropout_p > 0 else None
+    seed = _draw_dropout_seed(q.device) if dropout_p > 0 else None
     if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
         # Nothing to differentiate: the forward alone, without autograd's per-call cost.
         forward = torch.ops.flash_attn_triton.fwd if torch.compiler.is_compiling() else _forward_impl
-        out, lse, _ = forward(q, k, v, alibi, seed, opts.encode(), cu_seqlens_q, cu_seqlens_k)
+        out, lse, _ = forward(q, k, v, alibi, seed, options, cu_seqlens_q, cu_seqlens_k)
     elif varlen:
-        out, lse = FlashAttentionFunction.apply(q, k, v, alibi, seed, opts.encode(), cu_seqlens_q, cu_seqlens_k)
+        out, lse = FlashAttentionFunction.apply(q, k, v, alibi, seed, options, cu_seqlens_q, cu_seqlens_k)
     else:
-        out, lse = FlashAttentionFunction.apply(q, k, v, alibi, seed, opts.encode())
+        out, lse = FlashAttentionFunction.apply(q, k, v, alibi, seed, options)
     probs = None
     if return_probs:
         with torch.no_grad(), _launch_device(q):
-            probs = attention_probs(q.detach(), k.detach(), lse, opts, alibi, seed, cu_seqlens_q, cu_seqlens_k)
+            probs = attention_probs(q.detach(), k.detach(), lse, AttentionOptions.decode(options), alibi, seed,
+                                    cu_seqlens_q, cu_seqlens_k)
     return result(out, lse, probs)

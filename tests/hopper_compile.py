@@ -86,8 +86,10 @@ def compile_backward(head_dim: int, causal: bool, dtype=torch.float16, n: int = 
     f32 = torch.empty(1, dtype=torch.float32)
     args, constants = _hopper_bwd.kernel_args(x, x, x, x, torch.empty(1, 2, n, head_dim), f32, f32, x, x,
                                               head_dim ** -0.5, causal)
-    compiled, ptx, arch, info, seconds = compile_sm90(_hopper_bwd._hopper_bwd, args, constants, _hopper_bwd.MAX_REGS)
-    return (f"bwd d{head_dim} causal={causal} fused={constants['FUSED']}: {arch} shared={compiled.metadata.shared} "
+    schedule = _hopper_bwd.SCHEDULES[head_dim][0]
+    compiled, ptx, arch, info, seconds = compile_sm90(_hopper_bwd._hopper_bwd, args, constants,
+                                                      _hopper_bwd.max_regs(schedule))
+    return (f"bwd d{head_dim} causal={causal} {schedule}: {arch} shared={compiled.metadata.shared} "
             f"wgmma={ptx.count('wgmma.mma_async')} setmaxnreg={ptx.count('setmaxnreg')} "
             f"tma_reduce={ptx.count('cp.reduce.async.bulk.tensor')} tma_load={ptx.count('cp.async.bulk.tensor')} "
             f"({seconds:.1f} s) | {info}")

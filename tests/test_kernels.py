@@ -316,6 +316,56 @@ def test_bad_options_are_refused(bad):
         flash_attention(x, x, x, **bad)
 
 
+def test_a_repeated_call_matches_its_first_and_the_reference(poisoned_allocations):
+    """The second call of a layout and arguments runs on the plan the first one resolved (kernels.attention
+    _PLANS); both match the float64 reference, a negative scale included, and so does the same call on a
+    strided layout of the same shape, which resolves a plan of its own."""
+    from kernels import attention
+
+    torch.manual_seed(11)
+    q, k, v = make_inputs(1, 2, 1, 45, 70, 32, torch.float16)
+    for scale in (None, -0.3):
+        attention._PLANS.clear()
+        torch.manual_seed(12)  # the same output gradient for both calls
+        first = check_against_reference(q, k, v, True, softmax_scale=scale)
+        assert len(attention._PLANS) == 1
+        torch.manual_seed(12)
+        second = check_against_reference(q, k, v, True, softmax_scale=scale)
+        assert len(attention._PLANS) == 1  # the same plan served the second call
+        for a, b in zip((first[0], first[1], *first[2]), (second[0], second[1], *second[2])):
+            assert torch.equal(a, b)
+    strided = [t.detach().transpose(1, 2).contiguous().transpose(1, 2).requires_grad_() for t in (q, k, v)]
+    assert strided[0].stride() != q.stride()
+    check_against_reference(*strided, True, softmax_scale=-0.3)
+    assert len(attention._PLANS) == 2
+
+
+@pytest.mark.parametrize("accepted,refused,message", [
+    (dict(dropout_p=0.0), dict(dropout_p=False), "dropout_p"),
+    (dict(softcap=0.0), dict(softcap=False), "softcap"),
+    (dict(window_size=(-1, -1)), dict(window_size=(-1.0, -1)), "window_size"),
+    (dict(causal=False, hopper_backward=None), dict(causal=False, hopper_backward=0), "hopper_backward"),
+], ids=["dropout_p", "softcap", "window_size", "hopper_backward"])
+def test_a_refused_call_stays_refused_after_an_equal_accepted_one(accepted, refused, message):
+    """The plans never let a call skip a check that its first call would fail: a value equal to an accepted
+    one but of a refused type (False for 0.0) still raises."""
+    x = _t(1, 1, 8, 16)
+    flash_attention(x, x, x, **accepted)
+    flash_attention(x, x, x, **accepted)
+    with pytest.raises(ValueError, match=message):
+        flash_attention(x, x, x, **refused)
+
+
+def test_the_plans_keep_the_interpreter_check(monkeypatch):
+    """A CPU call accepted under the interpreter is refused when the interpreter is off, plan or not."""
+    x = _t(1, 1, 8, 16, device="cpu")
+    if not HAS_CUDA:
+        flash_attention(x, x, x)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
+        flash_attention(x, x, x)
+
+
 @pytest.mark.parametrize("bad", [dict(block_m=48), dict(block_n=8), dict(num_warps=3), dict(num_stages=0)])
 def test_bad_tile_config_is_refused(bad):
     args = dict(block_m=64, block_n=64, num_warps=4, num_stages=2) | bad
