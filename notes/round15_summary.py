@@ -1,10 +1,10 @@
 """The v15 and v16 numbers of notes/perf.md: the Gluon backward in the `hopper` ablation.
 
     .venv/bin/python notes/round15_summary.py > notes/round15_partial/summary.txt
-    .venv/bin/python notes/round15_summary.py notes/round16_partial/results > notes/round16_partial/summary.txt
+    .venv/bin/python notes/round15_summary.py results/archive/nvidia-h200 > notes/round16/summary.txt
 
-The optional argument is a results folder holding hopper.csv (v16's partial grid at 1e32447, three device
-calls of one session, `bash notes/h200_measure.sh 1e32447 sN results archive`).
+The optional argument is a results folder holding hopper.csv (v16's grid at 1e32447, archived: four device
+calls over two sessions, `bash notes/h200_measure.sh 1e32447 sN results archive`).
 
 Reads results/archive/nvidia-h200/hopper.csv: the pipeline's own rows at commit 8a451f2, from the grid's
 steps on the lent H200 (`bash notes/h200_measure.sh 8a451f2 sN <targets>`, four steps over two sessions;
@@ -22,7 +22,7 @@ ARCHIVE = Path(__file__).resolve().parent.parent / "results" / "archive" / "nvid
 
 def main(folder: Path = ARCHIVE) -> None:
     pd.set_option("display.width", 220)
-    rows = pd.read_csv(folder / "hopper.csv")
+    rows = pd.read_csv(folder / "hopper.csv", dtype={"commit": str})  # 1e32447 reads as a float otherwise
     print("commits:", ", ".join(sorted(rows["commit"].astype(str).unique())), "| gpu:", rows["gpu"].iloc[0])
     rows = rows[(rows["status"] == "ok") & rows["mode"].isin(["bwd", "fwd_bwd"])].copy()
     rows["arm"] = rows["provider"].where(rows["provider"] != "ours", "ours:" + rows["variant"])
