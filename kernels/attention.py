@@ -60,9 +60,10 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 FP8_DTYPE = torch.float8_e4m3fn  # flash_attention only, forward only, output bf16
 ALGORITHMS = ("fa2", "fa1")
 # Head dims at which flash_attention runs the Hopper forward when `hopper` is not given (on sm_90,
-# where it covers the call): at 128 it is 1.26-1.39x the portable forward on the H200 and at or above
-# cuDNN's from 8k; at 64 only 0.98-1.11x, so 64 stays on the portable kernel (notes/perf.md, v12).
-HOPPER_DEFAULT_HEAD_DIMS = (128,)
+# where it covers the call): on the H200 it is 1.25-1.37x the portable forward at 128 and 1.01-1.06x at
+# 64 (the `hopper` ablation at 1e32447, notes/round16_partial; v12's probe had 0.98-1.11x at 64), and its
+# launch costs the host less than the portable forward's (notes/perf.md, v16 and v17).
+HOPPER_DEFAULT_HEAD_DIMS = (64, 128)
 # (head dim, causal) at which flash_attention runs the Hopper backward (kernels/_hopper_bwd.py) when
 # `hopper_backward` is not given, deterministic=False and the kernel covers the call: every pair it
 # covers, as it is faster than the portable backward there on the H200 (the 8a451f2 archive's hopper
@@ -542,7 +543,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
     Hopper forward, keyword-only:
         hopper: None (the default) picks the forward per call: on sm_90 at the head dims of
-            HOPPER_DEFAULT_HEAD_DIMS (128) the Hopper kernel where it covers the call (below),
+            HOPPER_DEFAULT_HEAD_DIMS (64 and 128) the Hopper kernel where it covers the call (below),
             the portable FlashAttention-2 forward everywhere else; `hopper_forward_by_default`
             says which. True runs the forward on kernels/_hopper.py (sm_90 only: TMA loads by a
             warp-specialised producer warp, two consumer warpgroups on asynchronous wgmma with
