@@ -6,7 +6,9 @@ For each cell (batch 32, seqlen 512, hidden 2048, head dims 64 and 128, causal a
 that require grad) and each of SDPA flash, ours, and ours with the plans off (every call resolves its
 arguments again, as before `kernels.attention._PLANS`): `experiments.measure._host_and_gpu_ms`, the
 median host time to issue one call into an empty queue and the median GPU time, for the forward and
-for forward+backward. Then a cProfile of ours at head dim 128 (the Hopper kernels), by own time. The plans
+for forward+backward. The arm ours_maps_encoded launches the Hopper kernels with Triton's own descriptor
+wrapper, which encodes every tensor map on every launch (`kernels._launch.maps_kept` False; v17), where
+ours keeps them. Then a cProfile of ours at head dim 128 (the Hopper kernels), by own time. The plans
 are v16's (1e32447): on a tree without them (main while v16 is reverted) the ours_no_plans rows are left out.
 """
 import cProfile
@@ -20,7 +22,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from host_overhead import sdpa as sdpa_flash  # noqa: E402  (notes/, beside this script)
 from experiments.measure import _host_and_gpu_ms  # noqa: E402
-from kernels import attention, flash_attention  # noqa: E402
+from kernels import _launch, attention, flash_attention  # noqa: E402
 
 
 class _NoPlans(dict):
@@ -45,9 +47,14 @@ def main():
             arms = [("sdpa_flash", sdpa_flash), ("ours", ours)]
             if plans is not None:
                 arms.append(("ours_no_plans", ours))
+            if hasattr(_launch, "maps_kept"):
+                arms.append(("ours_maps_encoded", ours))
             for name, attend in arms:
                 if name == "ours_no_plans":
                     attention._PLANS = _NoPlans()
+                if name == "ours_maps_encoded":
+                    _launch.maps_kept = False
+                    _launch._keyed.clear()  # the next launch keeps its kernel without a map launcher
                 for mode in ("fwd", "fwd_bwd"):
                     if mode == "fwd":
                         def fn():
@@ -57,10 +64,13 @@ def main():
                             return torch.autograd.grad(attend(q, k, v, causal), (q, k, v), do)
                     for _ in range(20):
                         fn()
-                    host, gpu = _host_and_gpu_ms(fn, 51)
+                    host, gpu = _host_and_gpu_ms(fn, 101)
                     print(f"{head_dim},{int(causal)},{mode},{name},{host * 1e3:.1f},{gpu * 1e3:.1f}", flush=True)
                 if name == "ours_no_plans":
                     attention._PLANS = plans
+                if name == "ours_maps_encoded":
+                    _launch.maps_kept = True
+                    _launch._keyed.clear()
 
     shape = (32, 16, 512, 128)
     q, k, v = (torch.randn(*shape, device="cuda", dtype=torch.float16, requires_grad=True) for _ in range(3))
