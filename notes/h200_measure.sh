@@ -5,7 +5,8 @@
 # TESTS is split on spaces: give paths or node ids (tests/x.py::test_y), not -k expressions.
 set -uo pipefail
 commit=$1 step=$2; shift 2
-python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl || exit 1
+# a warm machine keeps .site from its last call (installing again prints a warning per package)
+[ -d .site/snakemake ] || python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl || exit 1
 export PYTHONPATH=$PWD/.site:$PWD PYTHONUNBUFFERED=1
 if [ -n "${TESTS:-}" ]; then
   timeout "${TEST_SECONDS:-300}" python3 -m pytest -n 8 -q -rfE -p no:cacheprovider --durations=10 $TESTS \

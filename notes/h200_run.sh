@@ -12,7 +12,8 @@
 # stays warm, so a lost tar can still be fetched by a short call that only runs the tar line below.
 set -uo pipefail
 commit=$1 step=$2; shift 2
-python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl || exit 1
+# a warm machine keeps .site from its last call (installing again prints a warning per package)
+[ -d .site/snakemake ] || python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl || exit 1
 export PYTHONPATH=$PWD/.site:$PWD PYTHONUNBUFFERED=1 EXPERIMENTS_COMMIT=$commit
 if [ ! -d results/.partial ] && [ -f .devstate/results.tgz ]; then tar xzf .devstate/results.tgz; fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv | tee "$OUT/$step-gpu.txt"
