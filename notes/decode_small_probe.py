@@ -7,6 +7,8 @@ H32/4 with a 128k cache at 75%. For those shapes (one new token, fp16, dense cac
 of `flash_attn_with_kvcache` at each split count (0 = the rule's choice), of SDPA's cuDNN backend on the
 same data, and of a device-to-device copy of the same bytes (its bandwidth: bytes read plus written), each as the median of CUDA-graph replays
 (`triton.testing.do_bench_cudagraph`), so that no host time is in them. Prints one CSV row per arm.
+It needs v17's flash_attn_with_kvcache (127c496), which reads nothing back for an int cache_seqlens; on
+main while e53e423 reverts v17, the capture stops at that read-back (as it did at 360c663).
 """
 import torch
 import torch.nn.functional as F

@@ -1,14 +1,12 @@
 """The v15 and v16 numbers of notes/perf.md: the Gluon backward in the `hopper` ablation.
 
-    .venv/bin/python notes/round15_summary.py > notes/round15_partial/summary.txt
     .venv/bin/python notes/round15_summary.py results/archive/nvidia-h200 > notes/round16/summary.txt
 
-The optional argument is a results folder holding hopper.csv (v16's grid at 1e32447, archived: four device
-calls over two sessions, `bash notes/h200_measure.sh 1e32447 sN results archive`).
-
-Reads results/archive/nvidia-h200/hopper.csv: the pipeline's own rows at commit 8a451f2, from the grid's
-steps on the lent H200 (`bash notes/h200_measure.sh 8a451f2 sN <targets>`, four steps over two sessions;
-the first three left speed 60% measured, the fourth finished it and archived the grid). TFLOP/s are medians over the repetitions; a ratio is ours' median time over the peer's
+The argument is a results folder holding hopper.csv; the default is results/archive/nvidia-h200, the
+pipeline's own rows of the published grid. notes/round15_partial/summary.txt was written from that archive at
+commit 8a451f2 (four steps over two sessions, `bash notes/h200_measure.sh 8a451f2 sN <targets>`);
+notes/round16/summary.txt from it at 1e32447 (four device calls over two sessions, `bash notes/h200_measure.sh
+1e32447 sN results archive`). TFLOP/s are medians over the repetitions; a ratio is ours' median time over the peer's
 turned around (> 1: ours faster), both measured in the same process. `hb` counts repetitions that ran
 host-bound (the GPU waited for the host); `spread` is the largest (p80 - p20) / median of a cell's rows.
 """
@@ -23,7 +21,7 @@ ARCHIVE = Path(__file__).resolve().parent.parent / "results" / "archive" / "nvid
 def main(folder: Path = ARCHIVE) -> None:
     pd.set_option("display.width", 220)
     rows = pd.read_csv(folder / "hopper.csv", dtype={"commit": str})  # 1e32447 reads as a float otherwise
-    print("commits:", ", ".join(sorted(rows["commit"].astype(str).unique())), "| gpu:", rows["gpu"].iloc[0])
+    print("commits:", ", ".join(sorted(rows["commit"].unique())), "| gpu:", rows["gpu"].iloc[0])
     rows = rows[(rows["status"] == "ok") & rows["mode"].isin(["bwd", "fwd_bwd"])].copy()
     rows["arm"] = rows["provider"].where(rows["provider"] != "ours", "ours:" + rows["variant"])
     rows["spread"] = (rows["ms_p80"] - rows["ms_p20"]) / rows["ms"]
