@@ -465,7 +465,7 @@ HOPPER_BWD_STEP = 0.9
 
 def hopper_rows() -> list[dict]:
     rows = _ceilings("hopper")
-    for mode, head_dim, causal, seqlen in itertools.product(("fwd", "fwd_bwd"), (64, 128), (0, 1), SEQLENS[2:]):
+    for mode, head_dim, causal, seqlen in itertools.product(("fwd", "fwd_bwd"), (64, 128), (0, 1), SEQLENS):
         portable = _tflops("ours", mode, seqlen, head_dim, causal)
         for variant, step in HOPPER_STEPS.items():
             gain = step if mode == "fwd" else 1.0 + (step - 1.0) / 3
@@ -476,7 +476,7 @@ def hopper_rows() -> list[dict]:
         rows += _repeated("hopper", "sdpa_cudnn", mode, _tflops("sdpa_cudnn", mode, seqlen, head_dim, causal),
                           seqlen=seqlen, head_dim=head_dim, causal=causal)
     bwd_tiles = dict(block_m=64, block_n=128, num_warps=8, num_stages=3)
-    for head_dim, causal, seqlen in itertools.product((64, 128), (0, 1), SEQLENS[2:]):
+    for head_dim, causal, seqlen in itertools.product((64, 128), (0, 1), SEQLENS):
         portable_bwd = _tflops("ours", "bwd", seqlen, head_dim, causal)
         rows += _repeated("hopper", "ours", "bwd", portable_bwd, seqlen=seqlen, head_dim=head_dim, causal=causal,
                           variant="portable", recompute=1, block_m=64, block_n=64, num_warps=4, num_stages=3)
