@@ -4,10 +4,9 @@
 
 `notes/decode_small_probe.py` found, on three dense cells, the fastest split count to be the largest power of
 two whose programs (batch x KV heads x query blocks x splits) fit in one wave of the SMs, where
-`kernels._decode.choose_num_splits` aims at two waves. This probe asks the same of every cell of the decode
-ablation with a cache of 8k keys or more (batch 1, 8, 64; caches 8k, 32k, 128k; GQA 8:1 and MHA; dense, and
-paged with pages of 256 and 16 keys shuffled as in experiments/decode.py; fp16, head dim 128, causal, one new
-token), within the ablation's 40 GB cap on the cache.
+`kernels._decode.choose_num_splits` aims at two waves. This probe asks the same of every fp16 `ours` cell of
+the decode ablation (`experiments.grid.decode` on experiments/config.yaml's `decode` section: its batches,
+heads, dense and shuffled-page layouts and cache cap) with a cache of 8k keys or more.
 
 For each cell: the GPU time of `kernels._decode.decode_forward` at the rule's split count and at each power of
 two from 1 up to four waves of programs, each the median of CUDA-graph replays
@@ -16,58 +15,52 @@ and V bytes read / time). One CSV row per (cell, split count); the `arm` column 
 count (a count may appear twice, once as the rule's) and `fixed` for the others; `waves` is programs x splits
 over the SM count.
 """
-import types
-
 import torch
 import triton
 from triton.testing import do_bench_cudagraph
 
-from experiments.decode import _inputs, cache_bytes, layout_variant
-from kernels._decode import decode_block_sizes, decode_forward, launch_shape, sm_count
+from experiments import grid
+from experiments.decode import _inputs, cache_bytes
+from experiments.settings import ablation_settings, load_default
+from kernels._decode import MAX_SPLITS, decode_block_sizes, decode_forward, launch_shape, sm_count
 
-MAX_CACHE_BYTES = 40e9
-HEAD_DIM = 128
+MIN_CACHE = 8192
 
 
-def _time(q, k, v, seqlens, table, seqlen_k, splits):
-    scale = HEAD_DIM ** -0.5
+def _time(q, k, v, seqlens, table, cell, splits):
+    scale = cell.head_dim ** -0.5
     return do_bench_cudagraph(lambda: decode_forward(q, k, v, seqlens, None, None, table, None, scale, True,
-                                                     (-1, -1), 0.0, splits, seqlen_k), rep=40)
+                                                     (-1, -1), 0.0, splits, cell.seqlen_k), rep=40)
 
 
 def main():
     device = torch.device("cuda")
     sms = sm_count(device)
+    settings = ablation_settings(load_default(), grid.ABLATIONS)["decode"]
+    cells = [cell for cell in grid.decode(settings)
+             if cell.provider == "ours" and cell.dtype == "fp16" and cell.seqlen_k >= MIN_CACHE]
     print("batch,heads,kv_heads,seqlen_k,layout,arm,num_splits,waves,us,gbs", flush=True)
-    for batch in (1, 8, 64):
-        for seqlen_k in (8192, 32768, 131072):
-            for heads, kv_heads in ((32, 4), (32, 32)):
-                if cache_bytes(batch, kv_heads, seqlen_k, HEAD_DIM, "fp16") > MAX_CACHE_BYTES:
-                    continue
-                for page_size in (None, 256, 16):
-                    variant = layout_variant(page_size)
-                    cell = types.SimpleNamespace(batch=batch, heads=heads, kv_heads=kv_heads, seqlen_k=seqlen_k,
-                                                 head_dim=HEAD_DIM, dtype="fp16", variant=variant)
-                    q, k, v, table = _inputs(cell, device)
-                    seqlens = torch.full((batch,), seqlen_k, dtype=torch.int32, device=device)
-                    kv_bytes = cache_bytes(batch, kv_heads, seqlen_k, HEAD_DIM, "fp16")
-                    *_, m_blocks, rule = launch_shape(batch, heads // kv_heads, kv_heads, HEAD_DIM, seqlen_k,
-                                                      device, 0)
-                    programs = batch * kv_heads * m_blocks
-                    counts = [("rule", rule)]
-                    splits = 1
-                    while programs * splits <= 4 * sms and splits <= 128:
-                        counts.append(("fixed", splits))
-                        splits *= 2
-                    for arm, splits in counts:
-                        ms = _time(q, k, v, seqlens, table, seqlen_k, splits)
-                        print(f"{batch},{heads},{kv_heads},{seqlen_k},{variant},{arm},{splits},"
-                              f"{programs * splits / sms:.2f},{ms * 1e3:.2f},{kv_bytes / ms / 1e6:.0f}", flush=True)
-                    del q, k, v, table
-                    torch.cuda.empty_cache()
-    print(f"# SMs: {sms}; block sizes (GQA 8:1, MHA): {decode_block_sizes(HEAD_DIM, 8, device)}, "
-          f"{decode_block_sizes(HEAD_DIM, 1, device)}; triton {triton.__version__}")
-
+    for cell in cells:
+        q, k, v, table = _inputs(cell, device)
+        seqlens = torch.full((cell.batch,), cell.seqlen_k, dtype=torch.int32, device=device)
+        kv_bytes = cache_bytes(cell.batch, cell.kv_heads, cell.seqlen_k, cell.head_dim, cell.dtype)
+        *_, m_blocks, rule = launch_shape(cell.batch, cell.heads // cell.kv_heads, cell.kv_heads, cell.head_dim,
+                                          cell.seqlen_k, device, 0)
+        programs = cell.batch * cell.kv_heads * m_blocks
+        counts = [("rule", rule)]
+        splits = 1
+        while programs * splits <= 4 * sms and splits <= MAX_SPLITS:
+            counts.append(("fixed", splits))
+            splits *= 2
+        for arm, splits in counts:
+            ms = _time(q, k, v, seqlens, table, cell, splits)
+            print(f"{cell.batch},{cell.heads},{cell.kv_heads},{cell.seqlen_k},{cell.variant},{arm},{splits},"
+                  f"{programs * splits / sms:.2f},{ms * 1e3:.2f},{kv_bytes / ms / 1e6:.0f}", flush=True)
+        del q, k, v, table
+        torch.cuda.empty_cache()
+    head_dim = settings["head_dim"]
+    print(f"# SMs: {sms}; block sizes (GQA 8:1, MHA): {decode_block_sizes(head_dim, 8, device)}, "
+          f"{decode_block_sizes(head_dim, 1, device)}; triton {triton.__version__}")
 
 if __name__ == "__main__":
     main()
