@@ -93,7 +93,9 @@ class Cell:
 
 
 def paper_shape(settings: dict, seqlen: int, head_dim: int) -> dict:
-    """The paper's shapes: batch x seqlen = tokens (batch at least 1), heads x head_dim = hidden."""
+    """The paper's shapes: batch x seqlen = tokens (batch at least 1), heads x head_dim = hidden, or, at a head
+    dim that does not divide it (96, 192), as many whole heads as fit (21 x 96 = 2016, 10 x 192 = 1920 of 2048);
+    the FLOP counts are those of the shape that ran."""
     heads = settings["hidden"] // head_dim
     return dict(batch=max(1, settings["tokens"] // seqlen), heads=heads, kv_heads=heads,
                 seqlen_q=seqlen, seqlen_k=seqlen, head_dim=head_dim)

@@ -83,8 +83,8 @@ def tile_columns(cell) -> dict:
 def _hopper_by_default(cell, pass_: str = "fwd") -> bool:
     """Whether flash_attention's defaults (hopper=None, hopper_backward=None) run this cell's forward
     (pass_ "fwd") or backward ("bwd") on the Hopper kernel: a cell with no switches on dense contiguous
-    inputs (experiments.providers.inputs) at a head dim of kernels.attention.HOPPER_DEFAULT_HEAD_DIMS
-    (forward) or a (head dim, causal) pair of HOPPER_BACKWARD_DEFAULTS (backward), on an sm_90 GPU,
+    inputs (experiments.providers.inputs) at a head dim and key length of
+    kernels.attention.HOPPER_FORWARD_MIN_KEYS (forward) or a (head dim, causal) pair of HOPPER_BACKWARD_DEFAULTS (backward), on an sm_90 GPU,
     where the kernel covers it."""
     import torch
 
@@ -96,7 +96,7 @@ def _hopper_by_default(cell, pass_: str = "fwd") -> bool:
         return False
     if pass_ == "bwd":
         return hopper_backward_by_default(cell.head_dim, cell.causal, torch.device("cuda"))
-    return hopper_forward_by_default(cell.head_dim, torch.device("cuda"))
+    return hopper_forward_by_default(cell.head_dim, cell.seqlen_k, torch.device("cuda"))
 
 
 def _ours(cell):

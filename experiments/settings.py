@@ -94,10 +94,13 @@ def _resolve(node: dict, schema: dict) -> dict:
 def check(config: dict) -> None:
     """Validate the config against the schema and the relations that a schema cannot express."""
     validate(config)
-    for head_dim in config["head_dims"] + config["speed"]["head_dims"] + config["fp8"]["head_dims"]:
+    for head_dim in config["head_dims"] + config["fp8"]["head_dims"]:
         if config["hidden"] % head_dim:
             raise ValueError(f"config key hidden: {config['hidden']} is not a multiple of head dim {head_dim} "
-                             "(head_dims, speed.head_dims, fp8.head_dims)")
+                             "(head_dims, fp8.head_dims)")
+    for head_dim in config["speed"]["head_dims"]:  # the whole heads that fit (grid.paper_shape): at least one
+        if head_dim > config["hidden"]:
+            raise ValueError(f"config key speed.head_dims: {head_dim} is larger than hidden={config['hidden']}")
     for section, accuracy in (("accuracy", config["accuracy"]), ("fp8.accuracy", config["fp8"]["accuracy"])):
         for key in ("shapes", "interpreter_shapes"):
             for i, shape in enumerate(accuracy[key]):

@@ -29,6 +29,11 @@ argument values would never repeat. `launch_keyed` serves them instead: the call
 that fixes everything the compiled kernel is specialised on (for those kernels: the device, the
 dtype, every shape and the compile-time constants), and later calls with that key hand the
 arguments, with `HostDescriptor`s in place of the descriptors, straight to the compiled launcher.
+Triton's launcher encodes a CUDA tensor map for every descriptor on every launch (its Python wrapper
+`inner`, driver.py); `launch_keyed` keeps each encoded map under everything it encodes (the address,
+shape, strides, padding, and the block, swizzle and element type of the compiled kernel's descriptor),
+so a repeated call reuses it and hands the compiled kernel's own C launcher the arguments as Triton's
+wrapper would have built them.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from typing import NamedTuple
 
 import torch
 from triton import knobs
+from triton.backends.nvidia import driver as nvidia_driver
 from triton.runtime.autotuner import Heuristics
 from triton.runtime.jit import JITFunction
 
@@ -46,10 +52,12 @@ from triton.runtime.jit import JITFunction
 MAX_SIGNATURES = 4096
 
 enabled = True  # False: every launch through Triton's JIT (to time the difference)
+maps_kept = True  # False: launch_keyed's direct launches go through Triton's wrapper, which encodes every map
 
 _sites: dict = {}  # (kernel, argument types, keyword names) -> _Site, or None where the JIT must run
 _compiled: dict = {}  # signature -> (CompiledKernel, values of the parameters the call leaves out)
-_keyed: dict = {}  # (device, caller's key) -> CompiledKernel, for launch_keyed
+_keyed: dict = {}  # (device, caller's key) -> (CompiledKernel, _MapLauncher or None), for launch_keyed
+_tensor_maps: dict = {}  # what a map encodes -> [map, *shape, *strides], the launcher's arguments for it
 
 
 def _getter(indices: list[int]):
@@ -167,24 +175,81 @@ def row_descriptor(t: torch.Tensor) -> HostDescriptor:
     return HostDescriptor(t, [b * h * n, d], [d, 1])
 
 
+class _MapLauncher:
+    """A compiled kernel's C launcher with its tensor descriptors' maps kept (`_tensor_maps`): the
+    arguments Triton's wrapper (`wrap_handle_tensordesc`'s `inner` in Triton 3.6's driver.py) builds,
+    without encoding a map already encoded. `for_kernel` gives None where that wrapper is not the one
+    this reads (another Triton, a kernel without descriptors, scratch memory to allocate per launch):
+    those launches go through `compiled.run`."""
+
+    def __init__(self, compiled, raw_launch, indices, metas):
+        run = compiled.run
+        self.compiled, self.raw_launch = compiled, raw_launch
+        self.flags = (run.launch_cooperative_grid, run.launch_pdl)
+        self.indices = indices  # positions of the descriptors among the kernel's arguments
+        self.metas = metas  # Triton's per-descriptor metadata, in the same order
+        self.meta_keys = [(m["swizzle"], m["elem_size"], m["elem_type"], tuple(m["block_size"]), m["fp4_padded"])
+                          for m in metas]
+
+    @classmethod
+    def for_kernel(cls, compiled):
+        run = getattr(compiled, "run", None)
+        wrapper = getattr(run, "launch", None)
+        code = getattr(wrapper, "__code__", None)
+        if (code is None or code.co_name != "inner" or wrapper.__closure__ is None
+                or getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1)):
+            return None
+        cells = dict(zip(code.co_freevars, (cell.cell_contents for cell in wrapper.__closure__)))
+        if not {"launcher", "tensordesc_indices", "tensordesc_meta"} <= cells.keys():
+            return None
+        metas = list(cells["tensordesc_meta"])
+        if not metas or any(meta is None for meta in metas):
+            return None
+        return cls(compiled, cells["launcher"], sorted(cells["tensordesc_indices"]), metas)
+
+    def __call__(self, grid_x, grid_y, grid_z, stream, args):
+        compiled = self.compiled
+        final = [grid_x, grid_y, grid_z, stream, compiled.function, *self.flags, None, None,
+                 compiled.packed_metadata, None, None, None]
+        start = 0
+        for index, meta, meta_key in zip(self.indices, self.metas, self.meta_keys):
+            final.extend(args[start:index])
+            desc = args[index]
+            key = (desc.base.data_ptr(), tuple(desc.shape), tuple(desc.strides), desc.padding, meta_key)
+            expanded = _tensor_maps.get(key)
+            if expanded is None:
+                if len(_tensor_maps) >= MAX_SIGNATURES:
+                    _tensor_maps.clear()
+                expanded = _tensor_maps[key] = nvidia_driver.make_tensordesc_arg(desc, meta)
+            final.extend(expanded)
+            start = index + 1
+        final.extend(args[start:])
+        self.raw_launch(*final)
+
+
 def launch_keyed(key: tuple, grid: tuple, direct_args, jit_launch):
     """Launch the compiled kernel kept under (current device, `key`) with `direct_args()` (every
     parameter of the kernel in order, compile-time constants included, HostDescriptors for the
     descriptors), or, on the key's first call (and with `enabled` False or a launch hook set), call
     `jit_launch()`, which launches through Triton's JIT and returns the compiled kernel, and keep it.
-    `key` must fix everything the compiled kernel is specialised on."""
+    `key` must fix everything the compiled kernel is specialised on. The descriptors' tensor maps are
+    kept too (`_MapLauncher`)."""
     device, stream = _device_and_stream()
     full_key = (device, key)
-    compiled = _keyed.get(full_key) if enabled and not _hooks_set() else None
-    if compiled is None:
+    entry = _keyed.get(full_key) if enabled and not _hooks_set() else None
+    if entry is None:
         compiled = jit_launch()
         if enabled:
             if len(_keyed) >= MAX_SIGNATURES:
                 _keyed.clear()
-            _keyed[full_key] = compiled
+            _keyed[full_key] = (compiled, _MapLauncher.for_kernel(compiled) if maps_kept else None)
         return compiled
+    compiled, map_launcher = entry
     grid_y = grid[1] if len(grid) > 1 else 1
     grid_z = grid[2] if len(grid) > 2 else 1
-    compiled.run(grid[0], grid_y, grid_z, stream, compiled.function, compiled.packed_metadata, None, None, None,
-                 *direct_args())
+    if map_launcher is not None:
+        map_launcher(grid[0], grid_y, grid_z, stream, direct_args())
+    else:
+        compiled.run(grid[0], grid_y, grid_z, stream, compiled.function, compiled.packed_metadata, None, None, None,
+                     *direct_args())
     return compiled

@@ -59,10 +59,12 @@ from kernels.tiles import MAX_HEAD_DIM, TileConfig, default_tiles
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 FP8_DTYPE = torch.float8_e4m3fn  # flash_attention only, forward only, output bf16
 ALGORITHMS = ("fa2", "fa1")
-# Head dims at which flash_attention runs the Hopper forward when `hopper` is not given (on sm_90,
-# where it covers the call): at 128 it is 1.26-1.39x the portable forward on the H200 and at or above
-# cuDNN's from 8k; at 64 only 0.98-1.11x, so 64 stays on the portable kernel (notes/perf.md, v12).
-HOPPER_DEFAULT_HEAD_DIMS = (128,)
+# Head dim -> the fewest keys at which flash_attention runs the Hopper forward when `hopper` is not given
+# (on sm_90, where it covers the call). On the H200 it is 1.25-1.37x the portable forward at 128 at every
+# length (the `hopper` ablation at 1e32447). At 64 it is 1.04-1.14x from 4k keys but 0.80-0.97x at 512-2k
+# (the `speed` ablation at 360c663, which ran it at every length; notes/perf.md v17): a short row of key
+# tiles does not pay for the warp-specialised kernel's setup at that head dim.
+HOPPER_FORWARD_MIN_KEYS = {64: 4096, 128: 0}
 # (head dim, causal) at which flash_attention runs the Hopper backward (kernels/_hopper_bwd.py) when
 # `hopper_backward` is not given, deterministic=False and the kernel covers the call: every pair it
 # covers, as it is faster than the portable backward there on the H200 (the 8a451f2 archive's hopper
@@ -385,11 +387,12 @@ def _is_sm90(device_index: int) -> bool:
     return torch.cuda.get_device_capability(device_index) == (9, 0)
 
 
-def hopper_forward_by_default(head_dim: int, device: torch.device) -> bool:
-    """Whether flash_attention(hopper=None), the default, runs the Hopper forward on `device` at
-    this head dim where the kernel covers the call: sm_90 (not under Triton's interpreter) and a
-    head dim in HOPPER_DEFAULT_HEAD_DIMS."""
-    if device.type != "cuda" or _interpreter_on() or head_dim not in HOPPER_DEFAULT_HEAD_DIMS:
+def hopper_forward_by_default(head_dim: int, seqlen_k: int, device: torch.device) -> bool:
+    """Whether flash_attention(hopper=None), the default, runs the Hopper forward on `device` for
+    `seqlen_k` keys at this head dim where the kernel covers the call: sm_90 (not under Triton's
+    interpreter), a head dim of HOPPER_FORWARD_MIN_KEYS and at least its number of keys."""
+    if (device.type != "cuda" or _interpreter_on() or head_dim not in HOPPER_FORWARD_MIN_KEYS
+            or seqlen_k < HOPPER_FORWARD_MIN_KEYS[head_dim]):
         return False
     return _is_sm90(device.index if device.index is not None else torch.cuda.current_device())
 
@@ -542,7 +545,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
     Hopper forward, keyword-only:
         hopper: None (the default) picks the forward per call: on sm_90 at the head dims of
-            HOPPER_DEFAULT_HEAD_DIMS (128) the Hopper kernel where it covers the call (below),
+            HOPPER_FORWARD_MIN_KEYS (128, and 64 from 4096 keys) the Hopper kernel where it covers the call (below),
             the portable FlashAttention-2 forward everywhere else; `hopper_forward_by_default`
             says which. True runs the forward on kernels/_hopper.py (sm_90 only: TMA loads by a
             warp-specialised producer warp, two consumer warpgroups on asynchronous wgmma with
@@ -694,7 +697,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
             _check_hopper(q, k, v, opts, alibi, varlen, fwd_tiles)
         if hopper_backward:
             _check_hopper(q, k, v, opts, alibi, varlen, bwd_tiles, switch="hopper_backward")
-        default_forward = hopper is None and hopper_forward_by_default(head_dim, q.device)
+        default_forward = hopper is None and hopper_forward_by_default(head_dim, k.shape[2], q.device)
         default_backward = (hopper_backward is None and not deterministic
                             and hopper_backward_by_default(head_dim, causal, q.device))
         if default_forward or default_backward:

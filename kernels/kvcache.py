@@ -36,7 +36,9 @@ The append and the rotary embedding run as PyTorch ops before the kernel (indexe
 the cache; the rotation in float32, rounded to the cache's dtype as flash-attn's kernel does);
 the attention itself is the Triton kernel. The checks of cache_seqlens, cache_leftpad,
 cache_batch_idx and block_table read them on the host (one synchronisation), so that nothing is
-ever read or written out of bounds: bad values raise ValueError.
+ever read or written out of bounds: bad values raise ValueError. An int (or no) cache_seqlens is
+known on the host: a dense call with one and no cache_batch_idx or cache_leftpad reads nothing back,
+so a decode step can be captured in a CUDA graph and replayed.
 
 Differences from flash-attn a caller may notice: bad input raises ValueError (flash-attn:
 RuntimeError); a row that sees no key has lse -inf (flash-attn: +inf); page sizes that are a
@@ -221,15 +223,15 @@ def flash_attn_with_kvcache(
             raise ValueError(f"k_cache has batch {k_cache.shape[0]} but q has {batch}; pass cache_batch_idx to "
                              "choose cache rows")
 
-    if cache_seqlens is None:
-        lens = torch.full((batch,), capacity - n_new if k is not None else capacity, dtype=torch.int32,
-                          device=device)
-    elif _is_int(cache_seqlens):
-        lens = torch.full((batch,), int(cache_seqlens), dtype=torch.int32, device=device)
+    if cache_seqlens is None or _is_int(cache_seqlens):
+        # known on the host: no read-back, so a dense call with an int length can be captured in a CUDA graph
+        length = (capacity - n_new if k is not None else capacity) if cache_seqlens is None else int(cache_seqlens)
+        lens = torch.full((batch,), length, dtype=torch.int32, device=device)
+        lens_host = [length] * batch
     else:
         _check_index_tensor("cache_seqlens", cache_seqlens, batch, device)
         lens = cache_seqlens
-    lens_host = lens.tolist()
+        lens_host = lens.tolist()
     for b, n in enumerate(lens_host):
         if n < 0:
             raise ValueError(f"cache_seqlens must be >= 0, got {n} for sequence {b}")

@@ -280,6 +280,22 @@ def test_every_figure_is_drawn_with_a_caption(frames, tmp_path, name):
     assert caption_path(name).read_text().strip()
 
 
+def test_speed_at_head_dims_that_do_not_divide_the_hidden_size(monkeypatch, tmp_path):
+    """The config's speed grid has head dims 96 and 192 (21 x 96 and 10 x 192 heads of a 2048 hidden size):
+    the speed and memory figures get a panel for each, and every claim still evaluates."""
+    monkeypatch.setattr(synthetic, "HEAD_DIMS", (64, 96, 128, 192, 256))
+    frames = read_results(synthetic.write_results(tmp_path / "results"))
+    assert sorted(frames["speed"]["head_dim"].dropna().unique()) == [64, 96, 128, 192, 256]
+    assert set(frames["speed"].loc[frames["speed"]["head_dim"] == 96, "heads"]) == {21}
+    for name in ("speed_fwd", "speed_fwd_bwd", "memory", "peak_fraction"):
+        figure = draw(name, frames, read_hardware())
+        titles = " ".join(axis.get_title() for axis in figure.axes)
+        if name.startswith("speed_"):
+            assert "head dim 96" in titles and "head dim 192" in titles, titles
+        save(figure, name, tmp_path)
+    assert all(record["verdict"] in VERDICTS for record in verdicts(frames).values())
+
+
 @pytest.mark.parametrize("name", list(FIGURES))
 def test_figures_survive_empty_and_failed_results(frames, tmp_path, name):
     empty = {experiment: frame.iloc[:0] for experiment, frame in frames.items()}

@@ -192,6 +192,58 @@ def test_int_and_default_cache_seqlens(poisoned_allocations):
     assert_close_to_reference("out", out, low, ref)
 
 
+def test_int_cache_seqlens_reads_nothing_back(monkeypatch, poisoned_allocations):
+    """With an int (or no) cache_seqlens on a dense cache, with or without an append, no tensor is read back
+    to the host (what keeps the call capturable in a CUDA graph); a tensor of lengths still is, for its checks."""
+    torch.manual_seed(4)
+    q, kc, vc = draw(3, 2, 4, 32), draw(3, 90, 2, 32), draw(3, 90, 2, 32)
+    k, v = draw(3, 2, 2, 32), draw(3, 2, 2, 32)
+    ref, _, _, _ = reference(q, kc, vc, k, v, cache_seqlens=61, causal=True)
+    low, _, _, _ = reference(q, kc, vc, k, v, cache_seqlens=61, causal=True, dtype=q.dtype)
+    reads = []
+    tolist = torch.Tensor.tolist
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda t: reads.append(t.shape) or tolist(t))
+    out = flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=61, causal=True)
+    flash_attn_with_kvcache(q, kc, vc)
+    assert reads == []
+    flash_attn_with_kvcache(q, kc, vc, cache_seqlens=torch.full((3,), 61, dtype=torch.int32, device=DEVICE))
+    assert reads == [(3,)]
+    monkeypatch.undo()
+    assert_close_to_reference("out", out, low, ref)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("kv_heads", [4, 32])
+def test_decode_step_replays_in_a_cuda_graph(kv_heads):
+    """A decode step with an int cache length (append of one token, then attention) captured in a CUDA graph
+    and replayed with new q, k and v: each replay appends at the captured position and matches the reference."""
+    torch.manual_seed(23)
+    batch, heads, n_cache, d = 2, 32, 4096, 128
+    kc, vc = draw(batch, n_cache, kv_heads, d), draw(batch, n_cache, kv_heads, d)
+    q, k, v = draw(batch, 1, heads, d), draw(batch, 1, kv_heads, d), draw(batch, 1, kv_heads, d)
+    before_k, before_v = kc.clone(), vc.clone()
+    step = lambda: flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=3000, causal=True)  # noqa: E731
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()  # compiles the kernels outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        for t in (q, k, v):
+            t.copy_(torch.randn_like(t))
+        kc.copy_(before_k)
+        vc.copy_(before_v)
+        graph.replay()
+        ref, _, k_after, v_after = reference(q, before_k, before_v, k, v, cache_seqlens=3000, causal=True)
+        low, _, _, _ = reference(q, before_k, before_v, k, v, cache_seqlens=3000, causal=True, dtype=q.dtype)
+        assert_close_to_reference("out", out, low, ref)
+        assert torch.equal(kc, k_after) and torch.equal(vc, v_after)
+
+
 @pytest.mark.parametrize("num_splits", [1, 2, 3, 5, 16, 0])
 def test_split_counts_agree(num_splits, poisoned_allocations):
     torch.manual_seed(4)

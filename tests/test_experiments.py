@@ -35,6 +35,7 @@ def test_cli_strings_become_the_numbers_the_schema_wants():
     (lambda c: c["fp8"]["accuracy"]["interpreter_shapes"][1].update(kv_heads=3),
      "fp8.accuracy.interpreter_shapes[1].kv_heads"),
     (lambda c: c["fp8"].update(head_dims=[96]), "fp8.head_dims"),
+    (lambda c: c.update(hidden=128), "speed.head_dims"),
     (lambda c: c["fp8"]["accuracy"].update(precisions=["fp8_e5m2"]), "fp8.accuracy.precisions"),
     (lambda c: c["fp8"].update(providers=["ours", "sdpa_flash"]), "fp8.providers"),
     (lambda c: c["full_sweep_overrides"]["tiles"]["fwd"].update(block_q=[64]), "block_q"),
@@ -64,7 +65,10 @@ def test_paper_shapes_keep_tokens_and_hidden():
     for seqlen in SETTINGS["speed"]["seqlens"]:
         for head_dim in SETTINGS["speed"]["head_dims"]:
             shape = grid.paper_shape(SETTINGS["speed"], seqlen, head_dim)
-            assert shape["batch"] * seqlen == CONFIG["tokens"] and shape["heads"] * head_dim == CONFIG["hidden"]
+            assert shape["batch"] * seqlen == CONFIG["tokens"]
+            # the whole heads that fit the hidden size (all of it where the head dim divides it)
+            assert shape["heads"] * head_dim <= CONFIG["hidden"] < (shape["heads"] + 1) * head_dim
+            assert (shape["heads"] * head_dim == CONFIG["hidden"]) == (CONFIG["hidden"] % head_dim == 0)
 
 
 def test_every_ablation_has_distinct_cells():

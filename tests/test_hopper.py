@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from kernels import TileConfig, attention_reference, flash_attention
-from kernels.attention import (HOPPER_BACKWARD_DEFAULTS, HOPPER_DEFAULT_HEAD_DIMS, hopper_backward_by_default,
+from kernels.attention import (HOPPER_BACKWARD_DEFAULTS, HOPPER_FORWARD_MIN_KEYS, hopper_backward_by_default,
                                hopper_forward_by_default)
 from test_kernels import (DEVICE, assert_close_to_reference, check_against_reference, make_inputs,  # noqa: F401
                           poisoned_allocations)  # (a fixture)
@@ -316,11 +316,14 @@ def test_hopper_switch_is_none_or_a_bool(value):
 
 
 def test_default_forward_is_portable_off_hopper():
-    assert HOPPER_DEFAULT_HEAD_DIMS == (128,)
-    assert not hopper_forward_by_default(128, torch.device("cpu"))
+    assert HOPPER_FORWARD_MIN_KEYS == {64: 4096, 128: 0}
+    assert not hopper_forward_by_default(128, 8192, torch.device("cpu"))
+    assert not hopper_forward_by_default(64, 8192, torch.device("cpu"))
     if torch.cuda.is_available():
-        assert hopper_forward_by_default(128, torch.device("cuda")) == IS_SM90
-        assert not hopper_forward_by_default(64, torch.device("cuda"))
+        assert hopper_forward_by_default(128, 1, torch.device("cuda")) == IS_SM90
+        assert hopper_forward_by_default(64, 4096, torch.device("cuda")) == IS_SM90
+        assert not hopper_forward_by_default(64, 4095, torch.device("cuda"))
+        assert not hopper_forward_by_default(96, 8192, torch.device("cuda"))
     assert HOPPER_BACKWARD_DEFAULTS == ((64, False), (64, True), (128, False), (128, True))
     assert not any(hopper_backward_by_default(d, c, torch.device("cpu")) for d, c in HOPPER_BACKWARD_DEFAULTS)
     if torch.cuda.is_available():
@@ -331,8 +334,9 @@ def test_default_forward_is_portable_off_hopper():
 
 @sm90
 def test_default_forward_is_the_hopper_one_where_it_covers_the_call(hopper_calls):
-    """hopper=None runs the Hopper forward at head dim 128 on dense inputs, and the portable forward at
-    64 and wherever the Hopper forward does not cover the call."""
+    """hopper=None runs the Hopper forward on dense inputs at head dim 128 and at 64 from 4096 keys, and the
+    portable forward at other head dims, at 64 below 4096 keys and wherever the Hopper forward does not cover
+    the call."""
     def forward_ran(q, k, v, **kwargs):
         hopper_calls.clear()
         flash_attention(q, k, v, return_lse=True, **kwargs)
@@ -343,8 +347,15 @@ def test_default_forward_is_the_hopper_one_where_it_covers_the_call(hopper_calls
         assert forward_ran(q, k, v, causal=causal)
         assert forward_ran(q, k, v, causal=causal, hopper=True)
         assert not forward_ran(q, k, v, causal=causal, hopper=False)
-    q64, k64, v64 = (t.detach() for t in make_inputs(2, 4, 2, 700, 900, 64, torch.float16))
-    assert not forward_ran(q64, k64, v64)
+    q64, k64, v64 = (t.detach() for t in make_inputs(1, 4, 2, 300, 4096, 64, torch.float16))
+    assert forward_ran(q64, k64, v64)
+    assert forward_ran(q64, k64, v64, causal=True)
+    k_short, v_short = k64[:, :, :4095].contiguous(), v64[:, :, :4095].contiguous()  # dense, one key short
+    assert not forward_ran(q64, k_short, v_short)
+    assert not forward_ran(q64, k_short, v_short, causal=True)
+    assert forward_ran(q64, k_short, v_short, hopper=True)
+    q96, k96, v96 = (t.detach() for t in make_inputs(2, 4, 2, 700, 900, 96, torch.float16))
+    assert not forward_ran(q96, k96, v96)
     portable_cases = [
         ((q, k, v), dict(softcap=20.0)),
         ((q, k, v), dict(window_size=(100, 0), causal=True)),
@@ -358,11 +369,16 @@ def test_default_forward_is_the_hopper_one_where_it_covers_the_call(hopper_calls
 
 
 @sm90
+@pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_default_forward_gradients_match_reference(causal, poisoned_allocations):
-    """The default at head dim 128 (the Hopper forward, then the portable backward from its output)."""
-    q, k, v = make_inputs(2, 4, 2, 517, 1030, 128, torch.float16)
+def test_default_forward_gradients_match_reference(causal, head_dim, poisoned_allocations):
+    """The defaults at head dims 64 and 128 (the Hopper forward, then the Hopper backward from its output),
+    and with deterministic=True (the Hopper forward, then the portable backward); at 64 with enough keys
+    for the Hopper forward (HOPPER_FORWARD_MIN_KEYS)."""
+    n_k = max(1030, HOPPER_FORWARD_MIN_KEYS[head_dim] + 15)
+    q, k, v = make_inputs(2, 4, 2, 517, n_k, head_dim, torch.float16)
     check_against_reference(q, k, v, causal)
+    check_against_reference(q, k, v, causal, deterministic=True)
 
 
 @sm90

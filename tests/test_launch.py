@@ -12,6 +12,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from triton.backends.nvidia import driver as nvidia_driver
 from triton.runtime.autotuner import Heuristics
 from triton.runtime.jit import JITFunction, KernelInterface
 
@@ -170,6 +171,68 @@ def test_keyed_launches_go_through_the_jit_once_per_key_and_device(fake_jit, mon
     assert _kinds(log) == ["jit", "direct", "jit", "direct", "jit", "jit", "jit", "direct"]
     assert log[1][1] == (3, 2, 1, 1234, "function", "metadata", None, None, None, "arg", 1)
     assert log[-1][1][3] == 99 and log[-1][1][-1] == 7
+
+
+class _FakeRun:
+    """A compiled kernel's `run` as Triton 3.6's CudaLauncher holds it: `launch` is the driver's own
+    descriptor wrapper (`wrap_handle_tensordesc`) around a C launcher, here one that records its arguments."""
+    launch_cooperative_grid, launch_pdl, global_scratch_size, profile_scratch_size = False, False, 0, 0
+    num_ctas, global_scratch_align, profile_scratch_align = 1, 1, 1
+    __call__ = nvidia_driver.CudaLauncher.__call__  # the driver's own path from compiled.run to launch
+
+    def __init__(self, log, signature, metas):
+        self.launch = nvidia_driver.wrap_handle_tensordesc(lambda *args: log.append(("raw", args)), signature, metas)
+
+
+def test_keyed_launches_keep_tensor_maps_and_pass_what_the_driver_wrapper_would(fake_jit, monkeypatch):
+    """The direct launches of launch_keyed give the C launcher the arguments Triton's wrapper builds,
+    encoding a tensor map only for what no kept map encodes: a new address, shape, stride or padding
+    gets its own (and maps_kept False goes back to the wrapper, which encodes on every launch)."""
+    _, log = fake_jit
+    monkeypatch.setattr(launch_module, "_keyed", {})
+    monkeypatch.setattr(launch_module, "_tensor_maps", {})
+    encoded = []
+
+    def make_tensordesc_arg(arg, meta):  # the driver's encoding, which needs a GPU, as a recorded stand-in
+        encoded.append((arg.base.data_ptr(), tuple(arg.shape), tuple(arg.strides), arg.padding, meta["swizzle"]))
+        return [("map", len(encoded)), *arg.shape, *arg.strides]
+
+    monkeypatch.setattr(nvidia_driver, "make_tensordesc_arg", make_tensordesc_arg)
+    signature = {"a": "tensordesc<fp16[64, 32]>", "n": "i32", "b": "tensordesc<fp16[128, 32]>", "X": "*fp32",
+                 "C": "constexpr"}
+    metas = [dict(swizzle=3, elem_size=2, elem_type=6, block_size=[64, 32], fp4_padded=False),
+             dict(swizzle=2, elem_size=2, elem_type=6, block_size=[128, 32], fp4_padded=False)]
+    compiled = _FakeCompiled(log)
+    compiled.run = _FakeRun(log, signature, metas)
+    x, y, out = torch.zeros(64, 32), torch.zeros(128, 32), torch.zeros(4)
+
+    def call(a, b, n=5):
+        launch_module.launch_keyed(("k",), (3, 2), lambda: (a, n, b, out, 7), lambda: compiled)
+
+    def expected(a, b, map_a, map_b, n=5):
+        return (3, 2, 1, 1234, "function", False, False, None, None, "metadata", None, None, None,
+                ("map", map_a), *a.shape, *a.strides, n, ("map", map_b), *b.shape, *b.strides, out, 7)
+
+    da, db = launch_module.row_descriptor(x.view(1, 1, 64, 32)), launch_module.row_descriptor(y.view(1, 1, 128, 32))
+    call(da, db)  # the JIT's launch: nothing kept is used
+    assert log == [] and encoded == []
+    call(da, db)
+    call(da, db, n=6)
+    assert encoded == [(x.data_ptr(), (64, 32), (32, 1), "zero", 3), (y.data_ptr(), (128, 32), (32, 1), "zero", 2)]
+    assert log[0] == ("raw", expected(da, db, 1, 2)) and log[1] == ("raw", expected(da, db, 1, 2, n=6))
+    # the same address with another shape, another stride, another padding; another address
+    for desc in (launch_module.HostDescriptor(x, [32, 32], [32, 1]), launch_module.HostDescriptor(x, [32, 32], [64, 1]),
+                 launch_module.HostDescriptor(x, [32, 32], [64, 1], "nan"), launch_module.row_descriptor(y.view(1, 1, 128, 32))):
+        before = len(encoded)
+        call(desc, db)
+        assert len(encoded) == before + 1 and log[-1] == ("raw", expected(desc, db, before + 1, 2))
+    monkeypatch.setattr(launch_module, "_keyed", {})
+    monkeypatch.setattr(launch_module, "maps_kept", False)
+    call(da, db)
+    call(da, db)
+    call(da, db)
+    assert len(encoded) == 10  # Triton's wrapper encodes both maps on each of the two direct launches
+    assert log[-1] == ("raw", expected(da, db, 9, 10))  # and builds the arguments the kept maps gave
 
 
 def test_row_descriptor_is_the_rows_matrix():
