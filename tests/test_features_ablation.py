@@ -183,8 +183,8 @@ def test_a_row_counts_the_cells_visible_flops_and_notes_the_lengths(settings, en
             assert ("sequences" in values.get("note", "")) == (cell.variant in ("varlen", "padded"))
 
 
-def _grid_indices(n):
-    idx = torch.arange(n)
+def _grid_indices(n, device="cpu"):
+    idx = torch.arange(n, device=device)
     return idx[:, None], idx[None, :]
 
 
@@ -221,10 +221,10 @@ def _reference(q, k, v, causal, window=None, softcap=0.0, slopes=None):
     scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     if softcap:
         scores = softcap * torch.tanh(scores / softcap)
-    i, j = _grid_indices(n)
+    i, j = _grid_indices(n, q.device)
     if slopes is not None:
         scores = scores - slopes.float()[:, None, None] * (i - j).abs()
-    visible = torch.ones(n, n, dtype=torch.bool)
+    visible = torch.ones(n, n, dtype=torch.bool, device=q.device)
     if causal:
         visible &= j <= i
     if window is not None:
