@@ -152,6 +152,49 @@ def test_switches_at_head_dim_128(switches, poisoned_allocations):
     check_against_reference(*make_inputs(1, 2, 2, n, n, 128, torch.float16), True, **switches)
 
 
+def test_head_dim_chunks_cover_the_head_dim_with_powers_of_two():
+    from kernels.tiles import head_dim_chunks, padded_head_dim
+    for d in range(1, 257):
+        first, second = head_dim_chunks(d)
+        assert first & (first - 1) == 0 and first >= 16 and first + second >= d
+        if second:  # two chunks: each a power of two, narrower than the pad together, none under 32
+            assert second & (second - 1) == 0 and 32 <= second and 64 <= first < d
+            assert first + second < padded_head_dim(d)
+        else:
+            assert first == padded_head_dim(d)
+    assert {d: head_dim_chunks(d) for d in (64, 96, 100, 128, 160, 176, 192, 256)} == {
+        64: (64, 0), 96: (64, 32), 100: (128, 0), 128: (128, 0), 160: (128, 32), 176: (128, 64), 192: (128, 64),
+        256: (256, 0)}
+
+
+@pytest.mark.parametrize("switches", [{}, dict(deferred_rescale=False), dict(recompute=False), dict(seq_parallel=False),
+                                      dict(fwd_tiles=TileConfig(16, 32, 4, 1))],
+                         ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()) or "default")
+@pytest.mark.parametrize("head_dim", [96, 176])
+def test_head_dim_chunks_match_reference_with_the_forward_switches(head_dim, switches, poisoned_allocations,
+                                                                   monkeypatch):
+    """The forward in two column chunks (176: the second one masked past the head dim), under every
+    switch of the forward, against the float64 reference; the spy checks the chunks ran."""
+    import kernels._forward as forward
+    from kernels.tiles import head_dim_chunks
+
+    launched = []
+    real_launch = forward.launch_kernel
+    monkeypatch.setattr(forward, "launch_kernel",
+                        lambda kernel, grid, *a, **kw: launched.append(kw.get("HEAD_DIM_B")) or real_launch(
+                            kernel, grid, *a, **kw))
+    torch.manual_seed(head_dim + len(switches))
+    check_against_reference(*make_inputs(1, 4, 2, 45, 70, head_dim, torch.float16), True, hopper=False, **switches)
+    assert launched and set(launched) == {head_dim_chunks(head_dim)[1]} and launched[0] > 0
+
+
+def test_head_dim_chunks_switched_off_pad_again(monkeypatch):
+    import kernels.tiles as tiles
+
+    monkeypatch.setattr(tiles, "CHUNKED_HEAD_DIMS", False)
+    assert tiles.head_dim_chunks(192) == (256, 0) and tiles.head_dim_chunks(96) == (128, 0)
+
+
 def test_tile_fallback_steps_down_and_warns():
     from triton.runtime.errors import OutOfResources
 
