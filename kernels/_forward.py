@@ -40,6 +40,13 @@ feature goes with it. The switch works with any dtype (P is then cast to that dt
 how the interpreter tests check its indexing exactly; with it off, the fp16/bf16 kernels compile
 to the same code as before it existed (registers, spills, shared memory: tests/sm90_compile.py).
 
+Head dims: tl.arange and tl.dot need powers of two, so a head dim is computed in one chunk of
+columns padded to the next power of two (masked loads, zero columns), or, where
+`tiles.head_dim_chunks` says so (96 = 64 + 32, 160 = 128 + 32, 176 and 192 = 128 + 64), in two
+chunks (HEAD_DIM_B > 0): Q K^T is the sum of the chunks' dots and P V fills one accumulator per
+chunk, so no tensor-core work goes to padding. At 192 the pad was a quarter of the MMA work, and
+at sm_90 the padded kernel spills where the chunked one does not (tests/sm90_compile.py).
+
 Scores are kept in the log2 domain (scaled by softmax_scale * log2(e)) so the softmax is exp2.
 Offsets that can exceed 2^31 (batch/head bases, row starts) are computed in int64.
 """

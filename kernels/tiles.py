@@ -48,12 +48,12 @@ def padded_head_dim(head_dim: int) -> int:
     return max(16, 1 << (head_dim - 1).bit_length())
 
 
-# False: the portable forward pads every head dim to the next power of two (to time the difference).
+# False: the portable kernels pad every head dim to the next power of two (to time the difference).
 CHUNKED_HEAD_DIMS = True
 
 
 def head_dim_chunks(head_dim: int) -> tuple[int, int]:
-    """The column chunks (first, second) the portable forward computes a head dim in, each a power
+    """The column chunks (first, second) the portable kernels compute a head dim in, each a power
     of two: (padded_head_dim, 0), one chunk, unless two chunks cover the head dim with fewer columns
     than its pad, a first of at least 64 and a second of at least 32 (so no dot is narrower than
     32): 96 = 64 + 32, 160 = 128 + 32, 176 and 192 = 128 + 64 (176 masks the last 16 columns).

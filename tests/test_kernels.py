@@ -168,24 +168,37 @@ def test_head_dim_chunks_cover_the_head_dim_with_powers_of_two():
 
 
 @pytest.mark.parametrize("switches", [{}, dict(deferred_rescale=False), dict(recompute=False), dict(seq_parallel=False),
-                                      dict(fwd_tiles=TileConfig(16, 32, 4, 1))],
+                                      dict(skip_masked_tiles=False), dict(atomic_dq=True),
+                                      dict(fwd_tiles=TileConfig(16, 32, 4, 1), bwd_tiles=TileConfig(32, 16, 4, 1))],
                          ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()) or "default")
 @pytest.mark.parametrize("head_dim", [96, 176])
-def test_head_dim_chunks_match_reference_with_the_forward_switches(head_dim, switches, poisoned_allocations,
-                                                                   monkeypatch):
-    """The forward in two column chunks (176: the second one masked past the head dim), under every
-    switch of the forward, against the float64 reference; the spy checks the chunks ran."""
+def test_head_dim_chunks_match_reference_with_every_switch(head_dim, switches, poisoned_allocations, monkeypatch):
+    """Forward and backward in two column chunks (176: the second one masked past the head dim),
+    under every switch of the portable kernels, against the float64 reference; the spies check
+    which kernels ran in chunks: all of them, but the backward's with atomic dQ (its float32
+    accumulator keeps padded rows)."""
+    import kernels._backward as backward
     import kernels._forward as forward
     from kernels.tiles import head_dim_chunks
 
-    launched = []
-    real_launch = forward.launch_kernel
-    monkeypatch.setattr(forward, "launch_kernel",
-                        lambda kernel, grid, *a, **kw: launched.append(kw.get("HEAD_DIM_B")) or real_launch(
-                            kernel, grid, *a, **kw))
+    launched = {}
+    for module in (forward, backward):
+        def spy(kernel, grid, *a, real=module.launch_kernel, **kw):
+            launched.setdefault(getattr(kernel, "__name__", None) or kernel.fn.__name__, set()).add(kw.get("HEAD_DIM_B"))
+            return real(kernel, grid, *a, **kw)
+        monkeypatch.setattr(module, "launch_kernel", spy)
     torch.manual_seed(head_dim + len(switches))
-    check_against_reference(*make_inputs(1, 4, 2, 45, 70, head_dim, torch.float16), True, hopper=False, **switches)
-    assert launched and set(launched) == {head_dim_chunks(head_dim)[1]} and launched[0] > 0
+    check_against_reference(*make_inputs(1, 4, 2, 45, 70, head_dim, torch.float16), True, hopper=False,
+                            hopper_backward=False, **switches)
+    second = head_dim_chunks(head_dim)[1]
+    assert second > 0
+    names = {name.split(".")[-1]: chunks for name, chunks in launched.items()}
+    assert names.pop("_attn_fwd") == {second}
+    assert names.pop("_attn_bwd_delta") == {None}
+    if switches.get("atomic_dq"):
+        assert names == {"_attn_bwd_dkdv": {0}}
+    else:
+        assert names == {"_attn_bwd_dkdv": {second}, "_attn_bwd_dq": {second}}
 
 
 def test_head_dim_chunks_switched_off_pad_again(monkeypatch):
