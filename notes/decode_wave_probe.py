@@ -62,5 +62,6 @@ def main():
     print(f"# SMs: {sms}; block sizes (GQA 8:1, MHA): {decode_block_sizes(head_dim, 8, device)}, "
           f"{decode_block_sizes(head_dim, 1, device)}; triton {triton.__version__}")
 
+
 if __name__ == "__main__":
     main()
