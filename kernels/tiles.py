@@ -48,6 +48,27 @@ def padded_head_dim(head_dim: int) -> int:
     return max(16, 1 << (head_dim - 1).bit_length())
 
 
+# False: the portable kernels pad every head dim to the next power of two (to time the difference).
+CHUNKED_HEAD_DIMS = True
+
+
+def head_dim_chunks(head_dim: int) -> tuple[int, int]:
+    """The column chunks (first, second) the portable kernels compute a head dim in, each a power
+    of two: (padded_head_dim, 0), one chunk, unless two chunks cover the head dim with fewer columns
+    than its pad, a first of at least 64 and a second of at least 32 (so no dot is narrower than
+    32): 96 = 64 + 32, 160 = 128 + 32, 176 and 192 = 128 + 64 (176 masks the last 16 columns).
+    Two chunks cost two dots of Q K^T and two accumulators of P V per key tile; the pad costs
+    tensor-core work on zero columns (a quarter of it at 192 padded to 256)."""
+    pad = padded_head_dim(head_dim)
+    first = pad // 2
+    if not CHUNKED_HEAD_DIMS or head_dim == pad or first < 64:
+        return pad, 0
+    second = padded_head_dim(head_dim - first)
+    if second < 32 or first + second >= pad:
+        return pad, 0
+    return first, second
+
+
 # Chosen from a sweep on the H200 at seqlen 8k, fp16 (notes/perf.md, v1): the best config per
 # padded head dim over full and causal. Head dims 16 and 32 take the 64 entries. 256 is sized to
 # fit shared memory (a 128-wide tile at D=256 does not). Its forward keeps 4 warps: with 8 it

@@ -4,9 +4,10 @@
 
 `notes/decode_small_probe.py` found, on three dense cells, the fastest split count to be the largest power of
 two whose programs (batch x KV heads x query blocks x splits) fit in one wave of the SMs, where
-`kernels._decode.choose_num_splits` aims at two waves. This probe asks the same of every fp16 `ours` cell of
+`kernels._decode.choose_num_splits` aimed at two waves (v17). This probe asks the same of every fp16 `ours` cell of
 the decode ablation (`experiments.grid.decode` on experiments/config.yaml's `decode` section: its batches,
-heads, dense and shuffled-page layouts and cache cap) with a cache of 8k keys or more.
+heads, dense and shuffled-page layouts and cache cap) with a cache of 8k keys or more. Its run at f0db4f3 (notes/round17b/decode_wave_probe_f0db4f3_h200.csv) gave
+v18's rule: one wave for dense caches, two for paged ones.
 
 For each cell: the GPU time of `kernels._decode.decode_forward` at the rule's split count and at each power of
 two from 1 up to four waves of programs, each the median of CUDA-graph replays
@@ -45,7 +46,7 @@ def main():
         seqlens = torch.full((cell.batch,), cell.seqlen_k, dtype=torch.int32, device=device)
         kv_bytes = cache_bytes(cell.batch, cell.kv_heads, cell.seqlen_k, cell.head_dim, cell.dtype)
         *_, m_blocks, rule = launch_shape(cell.batch, cell.heads // cell.kv_heads, cell.kv_heads, cell.head_dim,
-                                          cell.seqlen_k, device, 0)
+                                          cell.seqlen_k, device, 0, paged=table is not None)
         programs = cell.batch * cell.kv_heads * m_blocks
         counts = [("rule", rule)]
         splits = 1

@@ -152,6 +152,62 @@ def test_switches_at_head_dim_128(switches, poisoned_allocations):
     check_against_reference(*make_inputs(1, 2, 2, n, n, 128, torch.float16), True, **switches)
 
 
+def test_head_dim_chunks_cover_the_head_dim_with_powers_of_two():
+    from kernels.tiles import head_dim_chunks, padded_head_dim
+    for d in range(1, 257):
+        first, second = head_dim_chunks(d)
+        assert first & (first - 1) == 0 and first >= 16 and first + second >= d
+        if second:  # two chunks: each a power of two, narrower than the pad together, none under 32
+            assert second & (second - 1) == 0 and 32 <= second and 64 <= first < d
+            assert first + second < padded_head_dim(d)
+        else:
+            assert first == padded_head_dim(d)
+    assert {d: head_dim_chunks(d) for d in (64, 96, 100, 128, 160, 176, 192, 256)} == {
+        64: (64, 0), 96: (64, 32), 100: (128, 0), 128: (128, 0), 160: (128, 32), 176: (128, 64), 192: (128, 64),
+        256: (256, 0)}
+
+
+@pytest.mark.parametrize("switches", [{}, dict(deferred_rescale=False), dict(recompute=False), dict(seq_parallel=False),
+                                      dict(skip_masked_tiles=False), dict(atomic_dq=True),
+                                      dict(fwd_tiles=TileConfig(16, 32, 4, 1), bwd_tiles=TileConfig(32, 16, 4, 1))],
+                         ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()) or "default")
+@pytest.mark.parametrize("head_dim", [96, 176])
+def test_head_dim_chunks_match_reference_with_every_switch(head_dim, switches, poisoned_allocations, monkeypatch):
+    """Forward and backward in two column chunks (176: the second one masked past the head dim),
+    under every switch of the portable kernels, against the float64 reference; the spies check
+    which kernels ran in chunks: all of them, but the backward's with atomic dQ (its float32
+    accumulator keeps padded rows)."""
+    import kernels._backward as backward
+    import kernels._forward as forward
+    from kernels.tiles import head_dim_chunks
+
+    launched = {}
+    for module in (forward, backward):
+        def spy(kernel, grid, *a, real=module.launch_kernel, **kw):
+            launched.setdefault(getattr(kernel, "__name__", None) or kernel.fn.__name__, set()).add(kw.get("HEAD_DIM_B"))
+            return real(kernel, grid, *a, **kw)
+        monkeypatch.setattr(module, "launch_kernel", spy)
+    torch.manual_seed(head_dim + len(switches))
+    check_against_reference(*make_inputs(1, 4, 2, 45, 70, head_dim, torch.float16), True, hopper=False,
+                            hopper_backward=False, **switches)
+    second = head_dim_chunks(head_dim)[1]
+    assert second > 0
+    names = {name.split(".")[-1]: chunks for name, chunks in launched.items()}
+    assert names.pop("_attn_fwd") == {second}
+    assert names.pop("_attn_bwd_delta") == {None}
+    if switches.get("atomic_dq"):
+        assert names == {"_attn_bwd_dkdv": {0}}
+    else:
+        assert names == {"_attn_bwd_dkdv": {second}, "_attn_bwd_dq": {second}}
+
+
+def test_head_dim_chunks_switched_off_pad_again(monkeypatch):
+    import kernels.tiles as tiles
+
+    monkeypatch.setattr(tiles, "CHUNKED_HEAD_DIMS", False)
+    assert tiles.head_dim_chunks(192) == (256, 0) and tiles.head_dim_chunks(96) == (128, 0)
+
+
 def test_tile_fallback_steps_down_and_warns():
     from triton.runtime.errors import OutOfResources
 
