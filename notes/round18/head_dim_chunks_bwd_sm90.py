@@ -5,7 +5,6 @@
 import sys
 sys.path.insert(0, "tests")
 sys.path.insert(0, "notes")
-import torch
 import sm90_compile
 import head_dim_chunks_sm90 as h
 from kernels import TileConfig, flash_attention
