@@ -97,9 +97,19 @@ _FP8_FWD = {16: TileConfig(128, 64, 4, 3), 32: TileConfig(128, 64, 4, 3), 64: Ti
             128: TileConfig(128, 128, 8, 3), 256: TileConfig(64, 64, 8, 2)}
 
 
-def default_tiles(head_dim: int, pass_: str, dropout: bool = False, fp8: bool = False) -> TileConfig:
+# The backward in the column chunks 128 + 64 (head dims 176 and 192): 64 x 64 tiles with 8 warps
+# ran the forward+backward 1.29-1.35x faster than the d256 entry's 32 x 64 in chunks and 1.57-1.65x the
+# padded one (notes/round18/head_dim_chunks_probe_h200.csv), though its dK/dV kernel spills 68-272
+# bytes per thread at sm_90 (notes/round18/head_dim_chunks_bwd_sm90.txt). Atomic dQ runs the
+# backward padded (one chunk), so it keeps the d256 entry.
+_CHUNKED_BWD = {(128, 64): TileConfig(64, 64, 8, 2)}
+
+
+def default_tiles(head_dim: int, pass_: str, dropout: bool = False, fp8: bool = False,
+                  atomic_dq: bool = False) -> TileConfig:
     """The engine's tile config for `pass_` ("fwd" or "bwd") at this (unpadded) head dim, with or
-    without dropout; `fp8`: the fp8 forward's (forward only)."""
+    without dropout; `fp8`: the fp8 forward's (forward only); `atomic_dq`: the backward with atomic
+    dQ, which computes the head dim padded, not in column chunks."""
     if pass_ not in _DEFAULTS:
         raise ValueError(f"pass_ must be 'fwd' or 'bwd', got {pass_!r}")
     if not 1 <= head_dim <= MAX_HEAD_DIM:
@@ -111,6 +121,8 @@ def default_tiles(head_dim: int, pass_: str, dropout: bool = False, fp8: bool = 
         return _FP8_FWD[padded]
     if dropout and pass_ == "fwd" and padded in _DROPOUT_FWD:
         return _DROPOUT_FWD[padded]
+    if pass_ == "bwd" and not atomic_dq and head_dim_chunks(head_dim) in _CHUNKED_BWD:
+        return _CHUNKED_BWD[head_dim_chunks(head_dim)]
     return _DEFAULTS[pass_][padded]
 
 
