@@ -21,6 +21,7 @@ print("case kernel warps stages regs spill smem", flush=True)
 for causal in (False, True):
     for config in CONFIGS:
         h.report(f"d256 {'causal' if causal else 'full'} bwd {'x'.join(map(str, config))}",
-                 [launch for launch in sm90_compile.launches_of(flash_attention, *h.qkv(256), causal=causal, hopper=False,
-                                                                hopper_backward=False, bwd_tiles=TileConfig(*config))
+                 [launch for launch in sm90_compile.launches_of(flash_attention, *h.qkv(256), causal=causal,
+                                                                hopper=False, hopper_backward=False,
+                                                                bwd_tiles=TileConfig(*config))
                   if "bwd" in launch.kernel.__name__])
