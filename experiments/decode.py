@@ -42,7 +42,8 @@ def kernel_specialization(cell, device) -> tuple:
     from kernels._decode import launch_shape
 
     group = cell.heads // cell.kv_heads
-    shape = launch_shape(cell.batch, group * cell.seqlen_q, cell.kv_heads, cell.head_dim, cell.seqlen_k, device)
+    shape = launch_shape(cell.batch, group * cell.seqlen_q, cell.kv_heads, cell.head_dim, cell.seqlen_k, device,
+                         paged=page_size_of(cell.variant) is not None)
     return cell.dtype, cell.head_dim, group, *shape, page_size_of(cell.variant)
 
 

@@ -76,7 +76,7 @@ def tile_columns(cell) -> dict:
         tiles = _hopper_bwd.default_config(cell.head_dim)
     else:
         tiles = dataclasses.asdict(default_tiles_for(cell.head_dim, pass_, switches.get("algorithm", "fa2"),
-                                                     switches.get("dropout_p", 0.0)))
+                                                     switches.get("dropout_p", 0.0), switches.get("atomic_dq", False)))
     return dict(tiles, recompute=int(switches.get("recompute", True)))
 
 

@@ -28,6 +28,11 @@ Switches for the ablations:
   USE_SCORES=True   read the forward's stored scores instead of recomputing Q K^T
   SKIP_MASKED=False causal: visit every tile and mask it
 
+Head dims in two column chunks (HEAD_DIM_B > 0, as the forward's: `tiles.head_dim_chunks`): both
+kernels hold and load each operand as two chunks, sum the chunks' dots for S and dP, and keep one
+dK, dV or dQ accumulator per chunk. Atomic dQ keeps one padded chunk (its float32 accumulator's rows
+are HEAD_DIM_PAD wide); the delta kernel reads padded rows either way.
+
 Scores and the log-sum-exp are handled in the log2 domain so P is an exp2.
 """
 
@@ -43,7 +48,7 @@ from kernels._forward import (_causal_key_bounds, _load_tile, _varlen_bounds, ch
                               varlen_shape)
 from kernels._launch import launch_kernel
 from kernels.options import AttentionOptions, feature_switches
-from kernels.tiles import TileConfig, launch_fitting, padded_head_dim
+from kernels.tiles import TileConfig, head_dim_chunks, launch_fitting, padded_head_dim
 
 
 @triton.jit
@@ -84,11 +89,12 @@ def _attn_bwd_delta(Out, DO, Delta, DQacc,
 
 
 @triton.jit
-def _attn_bwd_dkdv_inner(dk, dv, k, v, q_ptrs, do_ptrs, dq_ptrs, s_ptrs, lse_ptr, delta_ptr,
-                         start_n, offs_n, offs_d, start, end, qk_scale, sm_scale, N_Q, N_K,
+def _attn_bwd_dkdv_inner(dk, dv, dk_b, dv_b, k, v, k_b, v_b, q_ptrs, do_ptrs, qb_ptrs, dob_ptrs, dq_ptrs, s_ptrs,
+                         lse_ptr, delta_ptr, start_n, offs_n, offs_d, offs_db, start, end, qk_scale, sm_scale, N_Q, N_K,
                          stride_qm, stride_dom,
                          off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
-                         HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
+                         HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, HEAD_DIM_B: tl.constexpr,
+                         BLOCK_M: tl.constexpr,
                          MASK: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
                          ATOMIC_DQ: tl.constexpr, USE_SCORES: tl.constexpr,
                          WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DROPOUT: tl.constexpr):
@@ -97,12 +103,15 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, q_ptrs, do_ptrs, dq_ptrs, s_ptrs, lse_ptr
     Works on the transposed tiles (keys x queries) so the dK, dV products need no transpose
     of the accumulators. Pointers are positioned at query row `start`; ATOMIC_DQ adds dS K
     into the float32 dQ accumulator rows (HEAD_DIM_PAD floats each; its padding columns get
-    zeros, since K's are zero).
+    zeros, since K's are zero). HEAD_DIM_B > 0: the head dim's second column chunk (see `_attn_fwd`)
+    runs beside the first: k_b, v_b, the qb/dob pointers and the dk_b, dv_b accumulators.
     """
     offs_m0 = tl.arange(0, BLOCK_M)
     for start_m in tl.range(start, end, BLOCK_M):
         offs_m = start_m + offs_m0
-        q = _load_tile(q_ptrs, offs_m, N_Q, offs_d, HEAD_DIM, MASK, not EVEN_D)
+        q = _load_tile(q_ptrs, offs_m, N_Q, offs_d, HEAD_DIM, MASK, not EVEN_D and HEAD_DIM_B == 0)
+        if HEAD_DIM_B > 0:
+            q_b = _load_tile(qb_ptrs, offs_m, N_Q, offs_db, HEAD_DIM, MASK, not EVEN_D)
         if MASK:
             lse = tl.load(lse_ptr + offs_m, mask=offs_m < N_Q, other=0.0)
             delta = tl.load(delta_ptr + offs_m, mask=offs_m < N_Q, other=0.0)
@@ -113,28 +122,42 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, q_ptrs, do_ptrs, dq_ptrs, s_ptrs, lse_ptr
             s_t = tl.load(s_ptrs + tl.cast(start_m, tl.int64) * N_K,
                           mask=(offs_n[:, None] < N_K) & (offs_m[None, :] < N_Q), other=0.0)
             p_t = tl.math.exp2(s_t - lse[None, :] * 1.4426950408889634)
-        elif SOFTCAP or ALIBI:
-            s_t, tanh_t = _scores(tl.dot(k, tl.trans(q)), offs_m[None, :], offs_n[:, None], qk_scale, softcap_scale,
-                                  softcap_log2, slope_log2, N_Q, N_K, SOFTCAP, ALIBI)
-            p_t = tl.math.exp2(s_t - lse[None, :] * 1.4426950408889634)
         else:
             qk_t = tl.dot(k, tl.trans(q))
-            p_t = tl.math.exp2(qk_t * qk_scale - lse[None, :] * 1.4426950408889634)
+            if HEAD_DIM_B > 0:
+                qk_t = tl.dot(k_b, tl.trans(q_b), qk_t)
+            if SOFTCAP or ALIBI:
+                s_t, tanh_t = _scores(qk_t, offs_m[None, :], offs_n[:, None], qk_scale, softcap_scale,
+                                      softcap_log2, slope_log2, N_Q, N_K, SOFTCAP, ALIBI)
+                p_t = tl.math.exp2(s_t - lse[None, :] * 1.4426950408889634)
+            else:
+                p_t = tl.math.exp2(qk_t * qk_scale - lse[None, :] * 1.4426950408889634)
         if MASK:
             visible = _visible(offs_m[None, :], offs_n[:, None], N_Q, N_K, win_left, win_right, True, CAUSAL, WINDOW)
             p_t = tl.where(visible, p_t, 0.0)
-        do = _load_tile(do_ptrs, offs_m, N_Q, offs_d, HEAD_DIM, MASK, not EVEN_D)
+        do = _load_tile(do_ptrs, offs_m, N_Q, offs_d, HEAD_DIM, MASK, not EVEN_D and HEAD_DIM_B == 0)
+        if HEAD_DIM_B > 0:
+            do_b = _load_tile(dob_ptrs, offs_m, N_Q, offs_db, HEAD_DIM, MASK, not EVEN_D)
         if DROPOUT:  # dV sees the kept, rescaled P; dS uses the undropped P and the kept dP
             keep_t = _dropout_keep(seed, off_hz, offs_m[None, :], offs_n[:, None], dropout_p)
             dv = tl.dot(tl.where(keep_t, p_t * dropout_scale, 0.0).to(do.dtype), do, dv)
-            dp_t = tl.where(keep_t, tl.dot(v, tl.trans(do)) * dropout_scale, 0.0)
+            if HEAD_DIM_B > 0:
+                dv_b = tl.dot(tl.where(keep_t, p_t * dropout_scale, 0.0).to(do.dtype), do_b, dv_b)
+                dp_t = tl.where(keep_t, tl.dot(v_b, tl.trans(do_b), tl.dot(v, tl.trans(do))) * dropout_scale, 0.0)
+            else:
+                dp_t = tl.where(keep_t, tl.dot(v, tl.trans(do)) * dropout_scale, 0.0)
         else:
             dv = tl.dot(p_t.to(do.dtype), do, dv)
             dp_t = tl.dot(v, tl.trans(do))
+            if HEAD_DIM_B > 0:
+                dv_b = tl.dot(p_t.to(do.dtype), do_b, dv_b)
+                dp_t = tl.dot(v_b, tl.trans(do_b), dp_t)
         ds_t = p_t * (dp_t - delta[None, :])
         if SOFTCAP:  # d(softcap * tanh(x / softcap)) / dx = 1 - tanh^2
             ds_t = ds_t * (1.0 - tanh_t * tanh_t)
         dk = tl.dot(ds_t.to(q.dtype), q, dk)
+        if HEAD_DIM_B > 0:
+            dk_b = tl.dot(ds_t.to(q.dtype), q_b, dk_b)
         if ATOMIC_DQ:  # relaxed: no ordering is needed, and it vectorises (16-byte rows)
             dq = tl.dot(tl.trans(ds_t.to(k.dtype)), k) * sm_scale
             if MASK:
@@ -144,7 +167,10 @@ def _attn_bwd_dkdv_inner(dk, dv, k, v, q_ptrs, do_ptrs, dq_ptrs, s_ptrs, lse_ptr
             dq_ptrs += BLOCK_M * HEAD_DIM_PAD
         q_ptrs += BLOCK_M * stride_qm
         do_ptrs += BLOCK_M * stride_dom
-    return dk, dv
+        if HEAD_DIM_B > 0:
+            qb_ptrs += BLOCK_M * stride_qm
+            dob_ptrs += BLOCK_M * stride_dom
+    return dk, dv, dk_b, dv_b
 
 
 @triton.jit
@@ -175,7 +201,7 @@ def _query_bounds(start_n, N_Q, N_K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexp
 @triton.heuristics({
     "EVEN_M": lambda args: not args["VARLEN"] and args["N_Q"] % args["BLOCK_M"] == 0,
     "EVEN_N": lambda args: not args["VARLEN"] and args["N_K"] % args["BLOCK_N"] == 0,
-    "EVEN_D": lambda args: args["HEAD_DIM"] == args["HEAD_DIM_PAD"],
+    "EVEN_D": lambda args: args["HEAD_DIM"] == args["HEAD_DIM_PAD"] + args["HEAD_DIM_B"],
 })
 @triton.jit
 def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQacc, Scores, Lse, Delta,
@@ -188,13 +214,15 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQacc, Scores, Lse, Delta,
                    H_KV, GROUP, N_Q, N_K, qk_scale, sm_scale,
                    Alibi, stride_az, stride_ah, Seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
                    Cu_q, Cu_k, TOTAL_Q,
-                   HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+                   HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, HEAD_DIM_B: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    CAUSAL: tl.constexpr, SKIP_MASKED: tl.constexpr,
                    ATOMIC_DQ: tl.constexpr, USE_SCORES: tl.constexpr,
                    WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DROPOUT: tl.constexpr,
                    VARLEN: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr):
     tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16, "tl.dot needs tiles of at least 16")
+    tl.static_assert(HEAD_DIM_B == 0 or (HEAD_DIM_PAD < HEAD_DIM and not ATOMIC_DQ),
+                     "a second column chunk starts inside the head dim, and not with atomic dQ")
     num_n_blocks = tl.cdiv(N_K, BLOCK_N)
     start_n = tl.program_id(0) % num_n_blocks * BLOCK_N
     off_zkv = tl.program_id(0) // num_n_blocks
@@ -216,14 +244,26 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQacc, Scores, Lse, Delta,
     offs_d = tl.arange(0, HEAD_DIM_PAD)
     col0 = tl.cast(start_n, tl.int64)
     rel_n = tl.arange(0, BLOCK_N)
-    k = _load_tile(K + off_z * stride_kz + off_hkv * stride_kh + col0 * stride_kn
-                   + rel_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
-                   offs_n, N_K, offs_d, HEAD_DIM, not EVEN_N, not EVEN_D)
-    v = _load_tile(V + off_z * stride_vz + off_hkv * stride_vh + col0 * stride_vn
-                   + rel_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
-                   offs_n, N_K, offs_d, HEAD_DIM, not EVEN_N, not EVEN_D)
+    k_rows = K + off_z * stride_kz + off_hkv * stride_kh + col0 * stride_kn + rel_n[:, None] * stride_kn
+    v_rows = V + off_z * stride_vz + off_hkv * stride_vh + col0 * stride_vn + rel_n[:, None] * stride_vn
+    k = _load_tile(k_rows + offs_d[None, :] * stride_kd, offs_n, N_K, offs_d, HEAD_DIM, not EVEN_N,
+                   not EVEN_D and HEAD_DIM_B == 0)
+    v = _load_tile(v_rows + offs_d[None, :] * stride_vd, offs_n, N_K, offs_d, HEAD_DIM, not EVEN_N,
+                   not EVEN_D and HEAD_DIM_B == 0)
     dk = tl.zeros([BLOCK_N, HEAD_DIM_PAD], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM_PAD], dtype=tl.float32)
+    if HEAD_DIM_B > 0:  # the second column chunk (see `_attn_fwd`)
+        offs_db = HEAD_DIM_PAD + tl.arange(0, HEAD_DIM_B)
+        k_b = _load_tile(k_rows + offs_db[None, :] * stride_kd, offs_n, N_K, offs_db, HEAD_DIM, not EVEN_N, not EVEN_D)
+        v_b = _load_tile(v_rows + offs_db[None, :] * stride_vd, offs_n, N_K, offs_db, HEAD_DIM, not EVEN_N, not EVEN_D)
+        dk_b = tl.zeros([BLOCK_N, HEAD_DIM_B], dtype=tl.float32)
+        dv_b = tl.zeros([BLOCK_N, HEAD_DIM_B], dtype=tl.float32)
+    else:  # placeholders the inner loop never reads
+        offs_db = offs_d
+        k_b = k
+        v_b = v
+        dk_b = 0.0
+        dv_b = 0.0
 
     if WINDOW:
         # Query tiles outside the window of every key of the block are never visited:
@@ -243,9 +283,12 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQacc, Scores, Lse, Delta,
     for g in range(0, GROUP):
         off_h = off_hkv * GROUP + g
         off_hz = off_z * H + off_h
-        q_ptrs = Q + off_z * stride_qz + off_h * stride_qh + offs_m0[:, None] * stride_qm + offs_d[None, :] * stride_qd
-        do_ptrs = (DO + off_z * stride_doz + off_h * stride_doh + offs_m0[:, None] * stride_dom
-                   + offs_d[None, :] * stride_dod)
+        q_rows = Q + off_z * stride_qz + off_h * stride_qh + offs_m0[:, None] * stride_qm
+        do_rows = DO + off_z * stride_doz + off_h * stride_doh + offs_m0[:, None] * stride_dom
+        q_ptrs = q_rows + offs_d[None, :] * stride_qd
+        do_ptrs = do_rows + offs_d[None, :] * stride_dod
+        qb_ptrs = q_rows + offs_db[None, :] * stride_qd
+        dob_ptrs = do_rows + offs_db[None, :] * stride_dod
         s_ptrs = Scores
         if USE_SCORES:  # float32, contiguous (B, H, Nq, Nk); read transposed
             s_ptrs = Scores + off_hz * N_Q * N_K + offs_m0[None, :] * N_K + offs_n[:, None]
@@ -262,58 +305,77 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, DQacc, Scores, Lse, Delta,
         if ALIBI:
             slope_log2 = tl.load(Alibi + off_z * stride_az + off_h * stride_ah).to(tl.float32) * 1.4426950408889634
         # Diagonal band (causal): masked.
-        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_ptrs + lo64 * stride_qm, do_ptrs + lo64 * stride_dom,
-                                      dq_ptrs + lo64 * HEAD_DIM_PAD, s_ptrs, lse_ptr, delta_ptr,
-                                      start_n, offs_n, offs_d, lo, mid, qk_scale, sm_scale, N_Q, N_K,
-                                      stride_qm, stride_dom, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
-                                      HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, True, CAUSAL, EVEN_D, ATOMIC_DQ, USE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT)
+        dk, dv, dk_b, dv_b = _attn_bwd_dkdv_inner(
+            dk, dv, dk_b, dv_b, k, v, k_b, v_b, q_ptrs + lo64 * stride_qm, do_ptrs + lo64 * stride_dom,
+            qb_ptrs + lo64 * stride_qm, dob_ptrs + lo64 * stride_dom, dq_ptrs + lo64 * HEAD_DIM_PAD, s_ptrs, lse_ptr,
+            delta_ptr, start_n, offs_n, offs_d, offs_db, lo, mid, qk_scale, sm_scale, N_Q, N_K, stride_qm,
+            stride_dom, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p,
+            dropout_scale, HEAD_DIM, HEAD_DIM_PAD, HEAD_DIM_B, BLOCK_M, True, CAUSAL, EVEN_D, ATOMIC_DQ, USE_SCORES,
+            WINDOW, SOFTCAP, ALIBI, DROPOUT)
         # Rows that see the whole key block: unmasked, unless the key block itself is ragged.
-        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_ptrs + mid64 * stride_qm, do_ptrs + mid64 * stride_dom,
-                                      dq_ptrs + mid64 * HEAD_DIM_PAD, s_ptrs, lse_ptr, delta_ptr,
-                                      start_n, offs_n, offs_d, mid, even_end, qk_scale, sm_scale, N_Q, N_K,
-                                      stride_qm, stride_dom, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
-                                      HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, not EVEN_N, CAUSAL, EVEN_D, ATOMIC_DQ, USE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT)
+        dk, dv, dk_b, dv_b = _attn_bwd_dkdv_inner(
+            dk, dv, dk_b, dv_b, k, v, k_b, v_b, q_ptrs + mid64 * stride_qm, do_ptrs + mid64 * stride_dom,
+            qb_ptrs + mid64 * stride_qm, dob_ptrs + mid64 * stride_dom, dq_ptrs + mid64 * HEAD_DIM_PAD, s_ptrs, lse_ptr,
+            delta_ptr, start_n, offs_n, offs_d, offs_db, mid, even_end, qk_scale, sm_scale, N_Q, N_K, stride_qm,
+            stride_dom, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p,
+            dropout_scale, HEAD_DIM, HEAD_DIM_PAD, HEAD_DIM_B, BLOCK_M, not EVEN_N, CAUSAL, EVEN_D, ATOMIC_DQ, USE_SCORES,
+            WINDOW, SOFTCAP, ALIBI, DROPOUT)
         # The ragged last query block.
-        dk, dv = _attn_bwd_dkdv_inner(dk, dv, k, v, q_ptrs + end64 * stride_qm, do_ptrs + end64 * stride_dom,
-                                      dq_ptrs + end64 * HEAD_DIM_PAD, s_ptrs, lse_ptr, delta_ptr,
-                                      start_n, offs_n, offs_d, even_end, hi, qk_scale, sm_scale, N_Q, N_K,
-                                      stride_qm, stride_dom, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
-                                      HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, True, CAUSAL, EVEN_D, ATOMIC_DQ, USE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT)
+        dk, dv, dk_b, dv_b = _attn_bwd_dkdv_inner(
+            dk, dv, dk_b, dv_b, k, v, k_b, v_b, q_ptrs + end64 * stride_qm, do_ptrs + end64 * stride_dom,
+            qb_ptrs + end64 * stride_qm, dob_ptrs + end64 * stride_dom, dq_ptrs + end64 * HEAD_DIM_PAD, s_ptrs, lse_ptr,
+            delta_ptr, start_n, offs_n, offs_d, offs_db, even_end, hi, qk_scale, sm_scale, N_Q, N_K, stride_qm,
+            stride_dom, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p,
+            dropout_scale, HEAD_DIM, HEAD_DIM_PAD, HEAD_DIM_B, BLOCK_M, True, CAUSAL, EVEN_D, ATOMIC_DQ, USE_SCORES,
+            WINDOW, SOFTCAP, ALIBI, DROPOUT)
 
     dk = dk * sm_scale
+    dk_rows = DK + off_z * stride_dkz + off_hkv * stride_dkh + col0 * stride_dkn + rel_n[:, None] * stride_dkn
+    dv_rows = DV + off_z * stride_dvz + off_hkv * stride_dvh + col0 * stride_dvn + rel_n[:, None] * stride_dvn
     store_mask = (offs_n[:, None] < N_K) & (offs_d[None, :] < HEAD_DIM)
-    tl.store(DK + off_z * stride_dkz + off_hkv * stride_dkh + col0 * stride_dkn
-             + rel_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd, dk.to(DK.dtype.element_ty), mask=store_mask)
-    tl.store(DV + off_z * stride_dvz + off_hkv * stride_dvh + col0 * stride_dvn
-             + rel_n[:, None] * stride_dvn + offs_d[None, :] * stride_dvd, dv.to(DV.dtype.element_ty), mask=store_mask)
+    tl.store(dk_rows + offs_d[None, :] * stride_dkd, dk.to(DK.dtype.element_ty), mask=store_mask)
+    tl.store(dv_rows + offs_d[None, :] * stride_dvd, dv.to(DV.dtype.element_ty), mask=store_mask)
+    if HEAD_DIM_B > 0:
+        store_mask_b = (offs_n[:, None] < N_K) & (offs_db[None, :] < HEAD_DIM)
+        tl.store(dk_rows + offs_db[None, :] * stride_dkd, (dk_b * sm_scale).to(DK.dtype.element_ty), mask=store_mask_b)
+        tl.store(dv_rows + offs_db[None, :] * stride_dvd, dv_b.to(DV.dtype.element_ty), mask=store_mask_b)
 
 
 @triton.jit
-def _attn_bwd_dq_inner(dq, q, do, lse, delta, k_ptrs, v_ptrs, s_ptrs, offs_m, offs_n, offs_d,
-                       start, end, qk_scale, N_Q, N_K, stride_kn, stride_vn,
+def _attn_bwd_dq_inner(dq, dq_b, q, do, q_b, do_b, lse, delta, k_ptrs, v_ptrs, kb_ptrs, vb_ptrs, s_ptrs, offs_m,
+                       offs_n, offs_d, offs_db, start, end, qk_scale, N_Q, N_K, stride_kn, stride_vn,
                        off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
-                       HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
+                       HEAD_DIM: tl.constexpr, HEAD_DIM_B: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
                        CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, USE_SCORES: tl.constexpr,
                        WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DROPOUT: tl.constexpr):
-    """Accumulate dQ of one query block over key tiles [start, end); pointers at key `start`."""
+    """Accumulate dQ of one query block over key tiles [start, end); pointers at key `start`.
+    HEAD_DIM_B > 0: the second column chunk beside the first (q_b, do_b, kb/vb pointers, dq_b)."""
     for start_n in tl.range(start, end, BLOCK_N):
         cols = start_n + offs_n
-        k = _load_tile(k_ptrs, cols, N_K, offs_d, HEAD_DIM, MASK, not EVEN_D)
-        v = _load_tile(v_ptrs, cols, N_K, offs_d, HEAD_DIM, MASK, not EVEN_D)
+        k = _load_tile(k_ptrs, cols, N_K, offs_d, HEAD_DIM, MASK, not EVEN_D and HEAD_DIM_B == 0)
+        v = _load_tile(v_ptrs, cols, N_K, offs_d, HEAD_DIM, MASK, not EVEN_D and HEAD_DIM_B == 0)
+        if HEAD_DIM_B > 0:
+            k_b = _load_tile(kb_ptrs, cols, N_K, offs_db, HEAD_DIM, MASK, not EVEN_D)
+            v_b = _load_tile(vb_ptrs, cols, N_K, offs_db, HEAD_DIM, MASK, not EVEN_D)
         if USE_SCORES:
             s = tl.load(s_ptrs + start_n, mask=(offs_m[:, None] < N_Q) & (cols[None, :] < N_K), other=0.0)
             p = tl.math.exp2(s - lse[:, None])
-        elif SOFTCAP or ALIBI:
-            s, tanh_s = _scores(tl.dot(q, tl.trans(k)), offs_m[:, None], cols[None, :], qk_scale, softcap_scale,
-                                softcap_log2, slope_log2, N_Q, N_K, SOFTCAP, ALIBI)
-            p = tl.math.exp2(s - lse[:, None])
         else:
             qk = tl.dot(q, tl.trans(k))
-            p = tl.math.exp2(qk * qk_scale - lse[:, None])
+            if HEAD_DIM_B > 0:
+                qk = tl.dot(q_b, tl.trans(k_b), qk)
+            if SOFTCAP or ALIBI:
+                s, tanh_s = _scores(qk, offs_m[:, None], cols[None, :], qk_scale, softcap_scale,
+                                    softcap_log2, slope_log2, N_Q, N_K, SOFTCAP, ALIBI)
+                p = tl.math.exp2(s - lse[:, None])
+            else:
+                p = tl.math.exp2(qk * qk_scale - lse[:, None])
         if MASK:
             visible = _visible(offs_m[:, None], cols[None, :], N_Q, N_K, win_left, win_right, False, CAUSAL, WINDOW)
             p = tl.where(visible, p, 0.0)
         dp = tl.dot(do, tl.trans(v))
+        if HEAD_DIM_B > 0:
+            dp = tl.dot(do_b, tl.trans(v_b), dp)
         if DROPOUT:
             dp = tl.where(_dropout_keep(seed, off_hz, offs_m[:, None], cols[None, :], dropout_p),
                           dp * dropout_scale, 0.0)
@@ -321,14 +383,18 @@ def _attn_bwd_dq_inner(dq, q, do, lse, delta, k_ptrs, v_ptrs, s_ptrs, offs_m, of
         if SOFTCAP:
             ds = ds * (1.0 - tanh_s * tanh_s)
         dq = tl.dot(ds.to(k.dtype), k, dq)
+        if HEAD_DIM_B > 0:
+            dq_b = tl.dot(ds.to(k_b.dtype), k_b, dq_b)
+            kb_ptrs += BLOCK_N * stride_kn
+            vb_ptrs += BLOCK_N * stride_vn
         k_ptrs += BLOCK_N * stride_kn
         v_ptrs += BLOCK_N * stride_vn
-    return dq
+    return dq, dq_b
 
 
 @triton.heuristics({
     "EVEN_M": lambda args: not args["VARLEN"] and args["N_Q"] % args["BLOCK_M"] == 0,
-    "EVEN_D": lambda args: args["HEAD_DIM"] == args["HEAD_DIM_PAD"],
+    "EVEN_D": lambda args: args["HEAD_DIM"] == args["HEAD_DIM_PAD"] + args["HEAD_DIM_B"],
 })
 @triton.jit
 def _attn_bwd_dq(Q, K, V, DO, DQ, Scores, Lse, Delta,
@@ -340,12 +406,13 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, Scores, Lse, Delta,
                  H, GROUP, N_Q, N_K, qk_scale, sm_scale,
                  Alibi, stride_az, stride_ah, Seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
                  Cu_q, Cu_k, TOTAL_Q,
-                 HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+                 HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, HEAD_DIM_B: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  CAUSAL: tl.constexpr, SKIP_MASKED: tl.constexpr, USE_SCORES: tl.constexpr,
                  WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DROPOUT: tl.constexpr,
                  VARLEN: tl.constexpr, EVEN_M: tl.constexpr, EVEN_D: tl.constexpr):
     tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16, "tl.dot needs tiles of at least 16")
+    tl.static_assert(HEAD_DIM_B == 0 or HEAD_DIM_PAD < HEAD_DIM, "a second column chunk starts inside the head dim")
     num_m_blocks = tl.cdiv(N_Q, BLOCK_M)
     pid = tl.program_id(0)
     off_hz = pid // num_m_blocks
@@ -377,12 +444,12 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, Scores, Lse, Delta,
     offs_m = start_m * BLOCK_M + rel_m
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
-    q = _load_tile(Q + off_z * stride_qz + off_h * stride_qh + row0 * stride_qm
-                   + rel_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
-                   offs_m, N_Q, offs_d, HEAD_DIM, not EVEN_M, not EVEN_D)
-    do = _load_tile(DO + off_z * stride_doz + off_h * stride_doh + row0 * stride_dom
-                    + rel_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
-                    offs_m, N_Q, offs_d, HEAD_DIM, not EVEN_M, not EVEN_D)
+    q_rows = Q + off_z * stride_qz + off_h * stride_qh + row0 * stride_qm + rel_m[:, None] * stride_qm
+    do_rows = DO + off_z * stride_doz + off_h * stride_doh + row0 * stride_dom + rel_m[:, None] * stride_dom
+    q = _load_tile(q_rows + offs_d[None, :] * stride_qd, offs_m, N_Q, offs_d, HEAD_DIM, not EVEN_M,
+                   not EVEN_D and HEAD_DIM_B == 0)
+    do = _load_tile(do_rows + offs_d[None, :] * stride_dod, offs_m, N_Q, offs_d, HEAD_DIM, not EVEN_M,
+                    not EVEN_D and HEAD_DIM_B == 0)
     if EVEN_M:
         lse = tl.load(Lse + offs_m) * 1.4426950408889634
         delta = tl.load(Delta + offs_m)
@@ -390,8 +457,25 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, Scores, Lse, Delta,
         lse = tl.load(Lse + offs_m, mask=offs_m < N_Q, other=0.0) * 1.4426950408889634
         delta = tl.load(Delta + offs_m, mask=offs_m < N_Q, other=0.0)
 
-    k_ptrs = K + off_z * stride_kz + off_hkv * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
-    v_ptrs = V + off_z * stride_vz + off_hkv * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    k_rows = K + off_z * stride_kz + off_hkv * stride_kh + offs_n[:, None] * stride_kn
+    v_rows = V + off_z * stride_vz + off_hkv * stride_vh + offs_n[:, None] * stride_vn
+    k_ptrs = k_rows + offs_d[None, :] * stride_kd
+    v_ptrs = v_rows + offs_d[None, :] * stride_vd
+    if HEAD_DIM_B > 0:  # the second column chunk (see `_attn_fwd`)
+        offs_db = HEAD_DIM_PAD + tl.arange(0, HEAD_DIM_B)
+        q_b = _load_tile(q_rows + offs_db[None, :] * stride_qd, offs_m, N_Q, offs_db, HEAD_DIM, not EVEN_M, not EVEN_D)
+        do_b = _load_tile(do_rows + offs_db[None, :] * stride_dod, offs_m, N_Q, offs_db, HEAD_DIM, not EVEN_M,
+                          not EVEN_D)
+        kb_ptrs = k_rows + offs_db[None, :] * stride_kd
+        vb_ptrs = v_rows + offs_db[None, :] * stride_vd
+        dq_b = tl.zeros([BLOCK_M, HEAD_DIM_B], dtype=tl.float32)
+    else:  # placeholders the inner loop never reads
+        offs_db = offs_d
+        q_b = q
+        do_b = do
+        kb_ptrs = k_ptrs
+        vb_ptrs = v_ptrs
+        dq_b = 0.0
     s_ptrs = Scores
     if USE_SCORES:
         s_ptrs = Scores + off_hz64 * N_Q * N_K + row0 * N_K + rel_m[:, None] * N_K + offs_n[None, :]
@@ -408,28 +492,41 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, Scores, Lse, Delta,
         lo64 = tl.cast(lo, tl.int64)
         a64 = tl.cast(a, tl.int64)
         b64 = tl.cast(b, tl.int64)
-        dq = _attn_bwd_dq_inner(dq, q, do, lse, delta, k_ptrs + lo64 * stride_kn, v_ptrs + lo64 * stride_vn, s_ptrs, offs_m, offs_n, offs_d,
-                                lo, a, qk_scale, N_Q, N_K, stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
-                                HEAD_DIM, BLOCK_N, True, CAUSAL, EVEN_D, USE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT)
-        dq = _attn_bwd_dq_inner(dq, q, do, lse, delta, k_ptrs + a64 * stride_kn, v_ptrs + a64 * stride_vn, s_ptrs, offs_m, offs_n, offs_d,
-                                a, b, qk_scale, N_Q, N_K, stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
-                                HEAD_DIM, BLOCK_N, False, CAUSAL, EVEN_D, USE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT)
-        dq = _attn_bwd_dq_inner(dq, q, do, lse, delta, k_ptrs + b64 * stride_kn, v_ptrs + b64 * stride_vn, s_ptrs, offs_m, offs_n, offs_d,
-                                b, hi, qk_scale, N_Q, N_K, stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
-                                HEAD_DIM, BLOCK_N, True, CAUSAL, EVEN_D, USE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT)
+        dq, dq_b = _attn_bwd_dq_inner(
+            dq, dq_b, q, do, q_b, do_b, lse, delta, k_ptrs + lo64 * stride_kn, v_ptrs + lo64 * stride_vn, kb_ptrs + lo64 * stride_kn, vb_ptrs + lo64 * stride_vn, s_ptrs, offs_m, offs_n,
+            offs_d, offs_db, lo, a, qk_scale, N_Q, N_K, stride_kn, stride_vn, off_hz, slope_log2, seed,
+            win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale, HEAD_DIM, HEAD_DIM_B,
+            BLOCK_N, True, CAUSAL, EVEN_D, USE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT)
+        dq, dq_b = _attn_bwd_dq_inner(
+            dq, dq_b, q, do, q_b, do_b, lse, delta, k_ptrs + a64 * stride_kn, v_ptrs + a64 * stride_vn, kb_ptrs + a64 * stride_kn, vb_ptrs + a64 * stride_vn, s_ptrs, offs_m, offs_n,
+            offs_d, offs_db, a, b, qk_scale, N_Q, N_K, stride_kn, stride_vn, off_hz, slope_log2, seed,
+            win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale, HEAD_DIM, HEAD_DIM_B,
+            BLOCK_N, False, CAUSAL, EVEN_D, USE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT)
+        dq, dq_b = _attn_bwd_dq_inner(
+            dq, dq_b, q, do, q_b, do_b, lse, delta, k_ptrs + b64 * stride_kn, v_ptrs + b64 * stride_vn, kb_ptrs + b64 * stride_kn, vb_ptrs + b64 * stride_vn, s_ptrs, offs_m, offs_n,
+            offs_d, offs_db, b, hi, qk_scale, N_Q, N_K, stride_kn, stride_vn, off_hz, slope_log2, seed,
+            win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale, HEAD_DIM, HEAD_DIM_B,
+            BLOCK_N, True, CAUSAL, EVEN_D, USE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT)
     else:
         mid, hi = _causal_key_bounds(start_m, N_Q, N_K, BLOCK_M, BLOCK_N, CAUSAL, SKIP_MASKED)
-        dq = _attn_bwd_dq_inner(dq, q, do, lse, delta, k_ptrs, v_ptrs, s_ptrs, offs_m, offs_n, offs_d,
-                                0, mid, qk_scale, N_Q, N_K, stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
-                                HEAD_DIM, BLOCK_N, False, CAUSAL, EVEN_D, USE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT)
+        dq, dq_b = _attn_bwd_dq_inner(
+            dq, dq_b, q, do, q_b, do_b, lse, delta, k_ptrs, v_ptrs, kb_ptrs, vb_ptrs, s_ptrs, offs_m, offs_n,
+            offs_d, offs_db, 0, mid, qk_scale, N_Q, N_K, stride_kn, stride_vn, off_hz, slope_log2, seed,
+            win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale, HEAD_DIM, HEAD_DIM_B,
+            BLOCK_N, False, CAUSAL, EVEN_D, USE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT)
         mid64 = tl.cast(mid, tl.int64)
-        dq = _attn_bwd_dq_inner(dq, q, do, lse, delta, k_ptrs + mid64 * stride_kn, v_ptrs + mid64 * stride_vn, s_ptrs, offs_m, offs_n, offs_d,
-                                mid, hi, qk_scale, N_Q, N_K, stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale,
-                                HEAD_DIM, BLOCK_N, True, CAUSAL, EVEN_D, USE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT)
+        dq, dq_b = _attn_bwd_dq_inner(
+            dq, dq_b, q, do, q_b, do_b, lse, delta, k_ptrs + mid64 * stride_kn, v_ptrs + mid64 * stride_vn, kb_ptrs + mid64 * stride_kn, vb_ptrs + mid64 * stride_vn, s_ptrs, offs_m, offs_n,
+            offs_d, offs_db, mid, hi, qk_scale, N_Q, N_K, stride_kn, stride_vn, off_hz, slope_log2, seed,
+            win_left, win_right, softcap_scale, softcap_log2, dropout_p, dropout_scale, HEAD_DIM, HEAD_DIM_B,
+            BLOCK_N, True, CAUSAL, EVEN_D, USE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT)
     dq = dq * sm_scale
-    tl.store(DQ + off_z * stride_dqz + off_h * stride_dqh + row0 * stride_dqm
-             + rel_m[:, None] * stride_dqm + offs_d[None, :] * stride_dqd, dq.to(DQ.dtype.element_ty),
+    dq_rows = DQ + off_z * stride_dqz + off_h * stride_dqh + row0 * stride_dqm + rel_m[:, None] * stride_dqm
+    tl.store(dq_rows + offs_d[None, :] * stride_dqd, dq.to(DQ.dtype.element_ty),
              mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM))
+    if HEAD_DIM_B > 0:
+        tl.store(dq_rows + offs_db[None, :] * stride_dqd, (dq_b * sm_scale).to(DQ.dtype.element_ty),
+                 mask=(offs_m[:, None] < N_Q) & (offs_db[None, :] < HEAD_DIM))
 
 
 def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
@@ -448,7 +545,9 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
     heads, total_q, head_dim = q.shape[1:]
     batch, n_q, n_k = varlen_shape(q, k, opts, cu_seqlens_q)
     kv_heads = k.shape[1]
-    head_dim_pad = padded_head_dim(head_dim)
+    head_dim_pad = padded_head_dim(head_dim)  # the delta kernel's and the atomic dQ accumulator's columns
+    # the dK/dV and dQ kernels' column chunks; atomic dQ keeps one padded chunk (its accumulator's rows)
+    chunk_a, chunk_b = (head_dim_pad, 0) if opts.atomic_dq else head_dim_chunks(head_dim)
     softmax_scale = opts.softmax_scale
     qk_scale = softmax_scale * LOG2E
     atomic_dq, tiles, fit_tiles = opts.atomic_dq, TileConfig(*opts.bwd_tiles), opts.fit_bwd_tiles
@@ -477,8 +576,8 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
             *strides(q, varlen), *strides(k, varlen), *strides(v, varlen), *strides(do, varlen),
             *strides(dk, varlen), *strides(dv, varlen),
             kv_heads, heads // kv_heads, n_q, n_k, qk_scale, softmax_scale,
-            HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
-            ATOMIC_DQ=atomic_dq, num_warps=config.num_warps, num_stages=config.num_stages, **switches, **features)
+            HEAD_DIM=head_dim, HEAD_DIM_PAD=chunk_a, HEAD_DIM_B=chunk_b, BLOCK_M=config.block_m,
+            BLOCK_N=config.block_n, ATOMIC_DQ=atomic_dq, num_warps=config.num_warps, num_stages=config.num_stages, **switches, **features)
 
     def launch_dq(config: TileConfig) -> None:
         # The mirrored tile: BLOCK_N queries resident, keys streamed BLOCK_M at a time.
@@ -487,10 +586,10 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
             *strides(q, varlen), *strides(k, varlen), *strides(v, varlen), *strides(do, varlen),
             *strides(dq, varlen),
             heads, heads // kv_heads, n_q, n_k, qk_scale, softmax_scale,
-            HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=config.block_n, BLOCK_N=config.block_m,
-            num_warps=config.num_warps, num_stages=config.num_stages, **switches, **features)
+            HEAD_DIM=head_dim, HEAD_DIM_PAD=chunk_a, HEAD_DIM_B=chunk_b, BLOCK_M=config.block_n,
+            BLOCK_N=config.block_m, num_warps=config.num_warps, num_stages=config.num_stages, **switches, **features)
 
-    key = (q.dtype, head_dim_pad, tuple(switches.items()) + feature_switches(features) + (varlen,))
+    key = (q.dtype, (chunk_a, chunk_b), tuple(switches.items()) + feature_switches(features) + (varlen,))
     launch_fitting(launch_dkdv, tiles, fit_tiles, ("bwd_dkdv", atomic_dq) + key)
     if atomic_dq:
         dq.copy_(dq_acc[..., :head_dim])

@@ -219,27 +219,37 @@ def decode_block_sizes(head_dim: int, rows: int, device: torch.device) -> tuple[
 
 
 def choose_num_splits(batch: int, kv_heads: int, m_blocks: int, max_keys: int, device: torch.device,
-                      block_n: int) -> int:
-    """The smallest power of two giving ~2 waves of programs over the SMs, within the caps: no split
-    shorter than MIN_KEYS_PER_SPLIT keys or one key tile, and at most MAX_SPLITS (the cap rounded down
-    to a power of two). Powers of two divide the key tiles of a long cache evenly; on the H200 this
-    rule ran 1.14-1.53x faster than the plain ceil(2 waves / programs) at 32k keys and more
-    (notes/decode_split_rule_h200.csv)."""
+                      block_n: int, *, paged: bool = False) -> int:
+    """A power of two of key splits, within the caps: no split shorter than MIN_KEYS_PER_SPLIT keys or
+    one key tile, and at most MAX_SPLITS (the cap rounded down to a power of two).
+
+    A dense cache takes the largest count whose programs (batch x KV heads x query blocks x splits)
+    fit in one wave over the SMs, at least 1. A paged cache takes the smallest count reaching two
+    waves: its page-table lookups add latency that only more programs in flight hide. On the H200,
+    over every decode cell with 8k keys or more, each was the fastest count of its layout, where the
+    other layout's count ran up to 1.37x (dense) and 1.6x (paged) slower
+    (notes/round17b/decode_wave_probe_f0db4f3_h200.csv, notes/perf.md v18). Powers of two divide
+    the key tiles of a long cache evenly (notes/decode_split_rule_h200.csv)."""
     programs = max(batch * kv_heads * m_blocks, 1)
-    want = triton.next_power_of_2(triton.cdiv(2 * sm_count(device), programs))
+    sms = sm_count(device)
+    if paged:
+        want = triton.next_power_of_2(triton.cdiv(2 * sms, programs))
+    else:
+        fit = max(sms // programs, 1)
+        want = 1 << (fit.bit_length() - 1)
     cap = max(1, min(max_keys // MIN_KEYS_PER_SPLIT, triton.cdiv(max(max_keys, 1), block_n), MAX_SPLITS))
     cap = 1 << (cap.bit_length() - 1)
     return int(min(want, cap))
 
 
 def launch_shape(batch: int, rows: int, kv_heads: int, head_dim: int, max_keys: int, device: torch.device,
-                 num_splits: int = 0) -> tuple[int, int, int, int, int, int]:
+                 num_splits: int = 0, *, paged: bool = False) -> tuple[int, int, int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages, query blocks, splits) of a decode launch over `rows` =
-    GROUP x Nq stacked query rows per KV head; num_splits 0 = choose."""
+    GROUP x Nq stacked query rows per KV head, from a dense or a paged cache; num_splits 0 = choose."""
     block_m, block_n, num_warps, num_stages = decode_block_sizes(head_dim, rows, device)
     m_blocks = triton.cdiv(rows, block_m)
     if num_splits <= 0:
-        num_splits = choose_num_splits(batch, kv_heads, m_blocks, max_keys, device, block_n)
+        num_splits = choose_num_splits(batch, kv_heads, m_blocks, max_keys, device, block_n, paged=paged)
     return block_m, block_n, num_warps, num_stages, m_blocks, int(min(num_splits, MAX_SPLITS))
 
 
@@ -262,7 +272,7 @@ def decode_forward(q, k_cache, v_cache, seqlens_k, leftpad, batch_idx, block_tab
     lse = torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32)
     head_dim_pad = padded_head_dim(head_dim)
     block_m, block_n, num_warps, num_stages, m_blocks, num_splits = launch_shape(
-        batch, group * n_q, kv_heads, head_dim, max_keys, q.device, num_splits)
+        batch, group * n_q, kv_heads, head_dim, max_keys, q.device, num_splits, paged=paged)
     if num_splits > 1:
         o_part = torch.empty((num_splits, batch, n_q, heads, head_dim_pad), device=q.device, dtype=torch.float32)
         lse_part = torch.empty((num_splits, batch, heads, n_q), device=q.device, dtype=torch.float32)

@@ -40,6 +40,13 @@ feature goes with it. The switch works with any dtype (P is then cast to that dt
 how the interpreter tests check its indexing exactly; with it off, the fp16/bf16 kernels compile
 to the same code as before it existed (registers, spills, shared memory: tests/sm90_compile.py).
 
+Head dims: tl.arange and tl.dot need powers of two, so a head dim is computed in one chunk of
+columns padded to the next power of two (masked loads, zero columns), or, where
+`tiles.head_dim_chunks` says so (96 = 64 + 32, 160 = 128 + 32, 176 and 192 = 128 + 64), in two
+chunks (HEAD_DIM_B > 0): Q K^T is the sum of the chunks' dots and P V fills one accumulator per
+chunk, so no tensor-core work goes to padding. At 192 the pad was a quarter of the MMA work, and
+at sm_90 the padded kernel spills where the chunked one does not (tests/sm90_compile.py).
+
 Scores are kept in the log2 domain (scaled by softmax_scale * log2(e)) so the softmax is exp2.
 Offsets that can exceed 2^31 (batch/head bases, row starts) are computed in int64.
 """
@@ -54,7 +61,7 @@ from kernels._features import (LOG2E, _dropout_keep, _scores, _sees_a_key, _visi
                                _window_key_bounds)
 from kernels._launch import launch_kernel
 from kernels.options import AttentionOptions, feature_switches
-from kernels.tiles import TileConfig, launch_fitting, padded_head_dim
+from kernels.tiles import TileConfig, head_dim_chunks, launch_fitting, padded_head_dim
 
 
 @triton.jit
@@ -95,21 +102,26 @@ def _causal_key_bounds(start_m, N_Q, N_K, BLOCK_M: tl.constexpr, BLOCK_N: tl.con
 
 
 @triton.jit
-def _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, s_ptrs, offs_m, offs_n, offs_d,
-                    start, end, qk_scale, N_Q, N_K,
+def _attn_fwd_inner(acc, acc_b, l_i, m_i, q, q_b, k_ptrs, v_ptrs, kb_ptrs, vb_ptrs, s_ptrs, offs_m, offs_n,
+                    offs_d, offs_db, start, end, qk_scale, N_Q, N_K,
                     stride_kn, stride_vn,
                     off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p,
-                    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
+                    HEAD_DIM: tl.constexpr, HEAD_DIM_B: tl.constexpr, BLOCK_N: tl.constexpr, MASK: tl.constexpr,
                     CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
                     DEFERRED_RESCALE: tl.constexpr, STORE_SCORES: tl.constexpr,
                     WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DROPOUT: tl.constexpr,
                     FP8: tl.constexpr):
     """Online softmax over key tiles [start, end); pointers are positioned at key `start`.
-    FP8: `v_ptrs` address a (HEAD_DIM_PAD, BLOCK_N) tile of V^T (keys contiguous)."""
+    FP8: `v_ptrs` address a (HEAD_DIM_PAD, BLOCK_N) tile of V^T (keys contiguous).
+    HEAD_DIM_B > 0: the head dim's second column chunk (`offs_db`) runs beside the first: q_b, the
+    kb/vb pointers and its accumulator acc_b (unused, and never touched, when HEAD_DIM_B == 0)."""
     for start_n in tl.range(start, end, BLOCK_N):
         cols = start_n + offs_n
-        k = _load_tile(k_ptrs, cols, N_K, offs_d, HEAD_DIM, MASK, not EVEN_D)
+        k = _load_tile(k_ptrs, cols, N_K, offs_d, HEAD_DIM, MASK, not EVEN_D and HEAD_DIM_B == 0)
         qk = tl.dot(q, tl.trans(k))
+        if HEAD_DIM_B > 0:  # the dot over the head dim in two chunks: Q_a K_a^T + Q_b K_b^T
+            kb = _load_tile(kb_ptrs, cols, N_K, offs_db, HEAD_DIM, MASK, not EVEN_D)
+            qk = tl.dot(q_b, tl.trans(kb), qk)
         if STORE_SCORES:
             tl.store(s_ptrs + start_n, qk * qk_scale,
                      mask=(offs_m[:, None] < N_Q) & (cols[None, :] < N_K))
@@ -138,22 +150,33 @@ def _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, s_ptrs, offs_m, offs_n, of
         if FP8:  # V^T in memory: K-major for the fp8 wgmma after the trans
             v = tl.trans(_load_tile(v_ptrs, offs_d, HEAD_DIM, cols, N_K, not EVEN_D, MASK))
         else:
-            v = _load_tile(v_ptrs, cols, N_K, offs_d, HEAD_DIM, MASK, not EVEN_D)
+            v = _load_tile(v_ptrs, cols, N_K, offs_d, HEAD_DIM, MASK, not EVEN_D and HEAD_DIM_B == 0)
         if DROPOUT:  # l_i sums the undropped P; the output sees the kept entries only
             p = tl.where(_dropout_keep(seed, off_hz, offs_m[:, None], cols[None, :], dropout_p), p, 0.0)
         if DEFERRED_RESCALE:
             acc = acc * alpha[:, None]
             acc = tl.dot(p.to(v.dtype), v, acc)
+            if HEAD_DIM_B > 0:
+                vb = _load_tile(vb_ptrs, cols, N_K, offs_db, HEAD_DIM, MASK, not EVEN_D)
+                acc_b = acc_b * alpha[:, None]
+                acc_b = tl.dot(p.to(vb.dtype), vb, acc_b)
             l_i = l_i * alpha + l_ij
         else:
             l_new = l_i * alpha + l_ij
             acc = acc * (l_i * alpha / l_new)[:, None]
             acc += tl.dot(p.to(v.dtype), v) / l_new[:, None]
+            if HEAD_DIM_B > 0:
+                vb = _load_tile(vb_ptrs, cols, N_K, offs_db, HEAD_DIM, MASK, not EVEN_D)
+                acc_b = acc_b * (l_i * alpha / l_new)[:, None]
+                acc_b += tl.dot(p.to(vb.dtype), vb) / l_new[:, None]
             l_i = l_new
         m_i = m_ij
         k_ptrs += BLOCK_N * stride_kn
         v_ptrs += BLOCK_N * stride_vn
-    return acc, l_i, m_i
+        if HEAD_DIM_B > 0:
+            kb_ptrs += BLOCK_N * stride_kn
+            vb_ptrs += BLOCK_N * stride_vn
+    return acc, acc_b, l_i, m_i
 
 
 @triton.jit
@@ -165,14 +188,14 @@ def _attn_fwd_block(Q, K, V, Out, Lse, Scores, start_m, off_hz,
                     H, GROUP, N_Q, N_K, qk_scale,
                     Alibi, stride_az, stride_ah, Seed, win_left, win_right, softcap_scale, softcap_log2,
                     dropout_p, dropout_scale, QDescale, KDescale, VDescale,
-                    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+                    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, HEAD_DIM_B: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     CAUSAL: tl.constexpr, SKIP_MASKED: tl.constexpr, DEFERRED_RESCALE: tl.constexpr,
                     STORE_SCORES: tl.constexpr, EVEN_M: tl.constexpr, EVEN_D: tl.constexpr,
                     WINDOW: tl.constexpr, SOFTCAP: tl.constexpr, ALIBI: tl.constexpr, DROPOUT: tl.constexpr,
                     FP8: tl.constexpr):
     """One query block of one (batch, head): the FlashAttention-2 forward. `Lse` points at the
-    (batch, head)'s first row. FP8: see `_attn_fwd`."""
+    (batch, head)'s first row. FP8 and HEAD_DIM_B: see `_attn_fwd`."""
     off_z = tl.cast(off_hz // H, tl.int64)
     off_h = off_hz % H
     off_hkv = tl.cast(off_h // GROUP, tl.int64)
@@ -183,22 +206,36 @@ def _attn_fwd_block(Q, K, V, Out, Lse, Scores, start_m, off_hz,
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
 
-    q_ptrs = (Q + off_z * stride_qz + off_h * stride_qh + row0 * stride_qm
-              + tl.arange(0, BLOCK_M)[:, None] * stride_qm + offs_d[None, :] * stride_qd)
-    k_ptrs = K + off_z * stride_kz + off_hkv * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
+    q_rows = Q + off_z * stride_qz + off_h * stride_qh + row0 * stride_qm + tl.arange(0, BLOCK_M)[:, None] * stride_qm
+    q_ptrs = q_rows + offs_d[None, :] * stride_qd
+    k_rows = K + off_z * stride_kz + off_hkv * stride_kh + offs_n[:, None] * stride_kn
+    k_ptrs = k_rows + offs_d[None, :] * stride_kd
     if FP8:  # V^T (B, Hkv, D, Nk): a (HEAD_DIM_PAD, BLOCK_N) tile; the descales of this (batch, head)
         v_ptrs = (V + off_z * stride_vz + off_hkv * stride_vh + offs_d[:, None] * stride_vd
                   + offs_n[None, :] * stride_vn)
         qk_scale = qk_scale * tl.load(QDescale + off_z * H + off_h) * tl.load(KDescale + off_z * (H // GROUP) + off_hkv)
     else:
-        v_ptrs = (V + off_z * stride_vz + off_hkv * stride_vh + offs_n[:, None] * stride_vn
-                  + offs_d[None, :] * stride_vd)
+        v_rows = V + off_z * stride_vz + off_hkv * stride_vh + offs_n[:, None] * stride_vn
+        v_ptrs = v_rows + offs_d[None, :] * stride_vd
     s_ptrs = Scores
     if STORE_SCORES:
         s_ptrs = (Scores + tl.cast(off_hz, tl.int64) * N_Q * N_K + row0 * N_K
                   + tl.arange(0, BLOCK_M)[:, None] * N_K + offs_n[None, :])
 
-    q = _load_tile(q_ptrs, offs_m, N_Q, offs_d, HEAD_DIM, not EVEN_M, not EVEN_D)
+    q = _load_tile(q_ptrs, offs_m, N_Q, offs_d, HEAD_DIM, not EVEN_M, not EVEN_D and HEAD_DIM_B == 0)
+    if HEAD_DIM_B > 0:  # columns [HEAD_DIM_PAD, HEAD_DIM_PAD + HEAD_DIM_B): the second chunk
+        offs_db = HEAD_DIM_PAD + tl.arange(0, HEAD_DIM_B)
+        q_b = _load_tile(q_rows + offs_db[None, :] * stride_qd, offs_m, N_Q, offs_db, HEAD_DIM, not EVEN_M,
+                         not EVEN_D)
+        kb_ptrs = k_rows + offs_db[None, :] * stride_kd
+        vb_ptrs = v_rows + offs_db[None, :] * stride_vd
+        acc_b = tl.zeros([BLOCK_M, HEAD_DIM_B], dtype=tl.float32)
+    else:  # placeholders the inner loop never reads
+        offs_db = offs_d
+        q_b = q
+        kb_ptrs = k_ptrs
+        vb_ptrs = v_ptrs
+        acc_b = 0.0
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -216,51 +253,71 @@ def _attn_fwd_block(Q, K, V, Out, Lse, Scores, start_m, off_hz,
         lo64 = tl.cast(lo, tl.int64)
         a64 = tl.cast(a, tl.int64)
         b64 = tl.cast(b, tl.int64)
-        acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs + lo64 * stride_kn, v_ptrs + lo64 * stride_vn,
-                                        s_ptrs, offs_m, offs_n, offs_d, lo, a, qk_scale, N_Q, N_K,
-                                        stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p,
-                                        HEAD_DIM, BLOCK_N, True, CAUSAL, EVEN_D, DEFERRED_RESCALE, STORE_SCORES,
-                                        WINDOW, SOFTCAP, ALIBI, DROPOUT, FP8)
-        acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs + a64 * stride_kn, v_ptrs + a64 * stride_vn,
-                                        s_ptrs, offs_m, offs_n, offs_d, a, b, qk_scale, N_Q, N_K,
-                                        stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p,
-                                        HEAD_DIM, BLOCK_N, False, CAUSAL, EVEN_D, DEFERRED_RESCALE, STORE_SCORES,
-                                        WINDOW, SOFTCAP, ALIBI, DROPOUT, FP8)
-        acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs + b64 * stride_kn, v_ptrs + b64 * stride_vn,
-                                        s_ptrs, offs_m, offs_n, offs_d, b, hi, qk_scale, N_Q, N_K,
-                                        stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p,
-                                        HEAD_DIM, BLOCK_N, True, CAUSAL, EVEN_D, DEFERRED_RESCALE, STORE_SCORES,
-                                        WINDOW, SOFTCAP, ALIBI, DROPOUT, FP8)
+        acc, acc_b, l_i, m_i = _attn_fwd_inner(acc, acc_b, l_i, m_i, q, q_b, k_ptrs + lo64 * stride_kn, v_ptrs + lo64 * stride_vn,
+                                                kb_ptrs + lo64 * stride_kn, vb_ptrs + lo64 * stride_vn,
+                                                s_ptrs, offs_m, offs_n, offs_d, offs_db, lo, a, qk_scale, N_Q, N_K,
+                                                stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right,
+                                                softcap_scale, softcap_log2, dropout_p,
+                                                HEAD_DIM, HEAD_DIM_B, BLOCK_N, True, CAUSAL, EVEN_D, DEFERRED_RESCALE,
+                                                STORE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT, FP8)
+        acc, acc_b, l_i, m_i = _attn_fwd_inner(acc, acc_b, l_i, m_i, q, q_b, k_ptrs + a64 * stride_kn, v_ptrs + a64 * stride_vn,
+                                                kb_ptrs + a64 * stride_kn, vb_ptrs + a64 * stride_vn,
+                                                s_ptrs, offs_m, offs_n, offs_d, offs_db, a, b, qk_scale, N_Q, N_K,
+                                                stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right,
+                                                softcap_scale, softcap_log2, dropout_p,
+                                                HEAD_DIM, HEAD_DIM_B, BLOCK_N, False, CAUSAL, EVEN_D, DEFERRED_RESCALE,
+                                                STORE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT, FP8)
+        acc, acc_b, l_i, m_i = _attn_fwd_inner(acc, acc_b, l_i, m_i, q, q_b, k_ptrs + b64 * stride_kn, v_ptrs + b64 * stride_vn,
+                                                kb_ptrs + b64 * stride_kn, vb_ptrs + b64 * stride_vn,
+                                                s_ptrs, offs_m, offs_n, offs_d, offs_db, b, hi, qk_scale, N_Q, N_K,
+                                                stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right,
+                                                softcap_scale, softcap_log2, dropout_p,
+                                                HEAD_DIM, HEAD_DIM_B, BLOCK_N, True, CAUSAL, EVEN_D, DEFERRED_RESCALE,
+                                                STORE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT, FP8)
     else:
         mid, hi = _causal_key_bounds(start_m, N_Q, N_K, BLOCK_M, BLOCK_N, CAUSAL, SKIP_MASKED)
         # Tiles below the diagonal (all of them when not causal): no mask.
-        acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs, v_ptrs, s_ptrs, offs_m, offs_n, offs_d,
-                                        0, mid, qk_scale, N_Q, N_K, stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p,
-                                        HEAD_DIM, BLOCK_N, False, CAUSAL, EVEN_D, DEFERRED_RESCALE, STORE_SCORES,
-                                        WINDOW, SOFTCAP, ALIBI, DROPOUT, FP8)
+        acc, acc_b, l_i, m_i = _attn_fwd_inner(acc, acc_b, l_i, m_i, q, q_b, k_ptrs, v_ptrs, kb_ptrs, vb_ptrs,
+                                                s_ptrs, offs_m, offs_n, offs_d, offs_db, 0, mid, qk_scale, N_Q, N_K,
+                                                stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right,
+                                                softcap_scale, softcap_log2, dropout_p,
+                                                HEAD_DIM, HEAD_DIM_B, BLOCK_N, False, CAUSAL, EVEN_D, DEFERRED_RESCALE,
+                                                STORE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT, FP8)
         # The diagonal band and the ragged end of the keys: masked.
         mid64 = tl.cast(mid, tl.int64)
-        acc, l_i, m_i = _attn_fwd_inner(acc, l_i, m_i, q, k_ptrs + mid64 * stride_kn, v_ptrs + mid64 * stride_vn,
-                                        s_ptrs, offs_m, offs_n, offs_d,
-                                        mid, hi, qk_scale, N_Q, N_K, stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right, softcap_scale, softcap_log2, dropout_p,
-                                        HEAD_DIM, BLOCK_N, True, CAUSAL, EVEN_D, DEFERRED_RESCALE, STORE_SCORES,
-                                        WINDOW, SOFTCAP, ALIBI, DROPOUT, FP8)
+        acc, acc_b, l_i, m_i = _attn_fwd_inner(acc, acc_b, l_i, m_i, q, q_b, k_ptrs + mid64 * stride_kn, v_ptrs + mid64 * stride_vn,
+                                                kb_ptrs + mid64 * stride_kn, vb_ptrs + mid64 * stride_vn,
+                                                s_ptrs, offs_m, offs_n, offs_d, offs_db, mid, hi, qk_scale, N_Q, N_K,
+                                                stride_kn, stride_vn, off_hz, slope_log2, seed, win_left, win_right,
+                                                softcap_scale, softcap_log2, dropout_p,
+                                                HEAD_DIM, HEAD_DIM_B, BLOCK_N, True, CAUSAL, EVEN_D, DEFERRED_RESCALE,
+                                                STORE_SCORES, WINDOW, SOFTCAP, ALIBI, DROPOUT, FP8)
 
     if FP8:  # deferred rescale only; v_descale folded into the normalisation
         acc = acc * (tl.load(VDescale + off_z * (H // GROUP) + off_hkv) / l_i)[:, None]
     elif DEFERRED_RESCALE:
         acc = acc / l_i[:, None]
+        if HEAD_DIM_B > 0:
+            acc_b = acc_b / l_i[:, None]
     if DROPOUT:
         acc = acc * dropout_scale
+        if HEAD_DIM_B > 0:
+            acc_b = acc_b * dropout_scale
     lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453  # log2 domain -> natural log
     if CAUSAL or WINDOW:
         sees_a_key = _sees_a_key(offs_m, N_Q, N_K, win_left, win_right, CAUSAL, WINDOW)
         acc = tl.where(sees_a_key[:, None], acc, 0.0)
+        if HEAD_DIM_B > 0:
+            acc_b = tl.where(sees_a_key[:, None], acc_b, 0.0)
         lse = tl.where(sees_a_key, lse, float("-inf"))
 
-    o_ptrs = (Out + off_z * stride_oz + off_h * stride_oh + row0 * stride_om
-              + tl.arange(0, BLOCK_M)[:, None] * stride_om + offs_d[None, :] * stride_od)
-    tl.store(o_ptrs, acc.to(Out.dtype.element_ty), mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM))
+    o_rows = (Out + off_z * stride_oz + off_h * stride_oh + row0 * stride_om
+              + tl.arange(0, BLOCK_M)[:, None] * stride_om)
+    tl.store(o_rows + offs_d[None, :] * stride_od, acc.to(Out.dtype.element_ty),
+             mask=(offs_m[:, None] < N_Q) & (offs_d[None, :] < HEAD_DIM))
+    if HEAD_DIM_B > 0:
+        tl.store(o_rows + offs_db[None, :] * stride_od, acc_b.to(Out.dtype.element_ty),
+                 mask=(offs_m[:, None] < N_Q) & (offs_db[None, :] < HEAD_DIM))
     tl.store(Lse + offs_m, lse, mask=offs_m < N_Q)
 
 
@@ -276,7 +333,7 @@ def _varlen_bounds(Cu_q, Cu_k, off_z):
 
 @triton.heuristics({
     "EVEN_M": lambda args: not args["VARLEN"] and args["N_Q"] % args["BLOCK_M"] == 0,
-    "EVEN_D": lambda args: args["HEAD_DIM"] == args["HEAD_DIM_PAD"],
+    "EVEN_D": lambda args: args["HEAD_DIM"] == args["HEAD_DIM_PAD"] + args["HEAD_DIM_B"],
 })
 @triton.jit
 def _attn_fwd(Q, K, V, Out, Lse, Scores,
@@ -287,7 +344,7 @@ def _attn_fwd(Q, K, V, Out, Lse, Scores,
               H, GROUP, N_Q, N_K, qk_scale,
               Alibi, stride_az, stride_ah, Seed, win_left, win_right, softcap_scale, softcap_log2,
               dropout_p, dropout_scale, Cu_q, Cu_k, TOTAL_Q, QDescale, KDescale, VDescale,
-              HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+              HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, HEAD_DIM_B: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               CAUSAL: tl.constexpr, SKIP_MASKED: tl.constexpr, DEFERRED_RESCALE: tl.constexpr,
               SEQ_PARALLEL: tl.constexpr, STORE_SCORES: tl.constexpr,
@@ -302,12 +359,20 @@ def _attn_fwd(Q, K, V, Out, Lse, Scores,
     KDescale, VDescale (B, Hkv) are contiguous float32. The scores are scaled by
     qk_scale * q_descale * k_descale, P is cast to V's dtype for P @ V (e4m3 for fp8 inputs), the
     row sums are those of the float32 P, and the output is multiplied by v_descale / l.
-    Off, the descale pointers are never read and the code is that of the fp16/bf16 forward."""
+    Off, the descale pointers are never read and the code is that of the fp16/bf16 forward.
+
+    HEAD_DIM_B > 0: the head dim in two column chunks of powers of two, [0, HEAD_DIM_PAD) and
+    [HEAD_DIM_PAD, HEAD_DIM_PAD + HEAD_DIM_B) (`tiles.head_dim_chunks`: 192 = 128 + 64, 96 = 64 + 32),
+    instead of one padded to the next power of two: Q K^T is the sum of the chunks' two dots and P V
+    fills two accumulators, so no tensor core works on padding columns. Not with FP8.
+    HEAD_DIM_B == 0: one chunk of HEAD_DIM_PAD columns, the code as before the switch existed."""
     tl.static_assert(BLOCK_M >= 16 and BLOCK_N >= 16, "tl.dot needs tiles of at least 16")
     tl.static_assert(not FP8 or (DEFERRED_RESCALE and not (STORE_SCORES or WINDOW or SOFTCAP or ALIBI or DROPOUT
                                                            or VARLEN)),
                      "the fp8 forward has no ablation switches or training features")
-    tl.static_assert(HEAD_DIM <= HEAD_DIM_PAD, "head dim is padded up, never down")
+    tl.static_assert(HEAD_DIM <= HEAD_DIM_PAD + HEAD_DIM_B, "head dim is padded up, never down")
+    tl.static_assert(HEAD_DIM_B == 0 or (HEAD_DIM_PAD < HEAD_DIM and not FP8),
+                     "a second column chunk starts inside the head dim, and not in the fp8 forward")
     num_m_blocks = tl.cdiv(N_Q, BLOCK_M)
     if SEQ_PARALLEL:
         pid = tl.program_id(0)
@@ -335,7 +400,7 @@ def _attn_fwd(Q, K, V, Out, Lse, Scores,
                             H, GROUP, n_q, n_k, qk_scale,
                             Alibi, stride_az, stride_ah, Seed, win_left, win_right, softcap_scale, softcap_log2,
                             dropout_p, dropout_scale, QDescale, KDescale, VDescale,
-                            HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, BLOCK_N,
+                            HEAD_DIM, HEAD_DIM_PAD, HEAD_DIM_B, BLOCK_M, BLOCK_N,
                             CAUSAL, SKIP_MASKED, DEFERRED_RESCALE, STORE_SCORES, EVEN_M, EVEN_D,
                             WINDOW, SOFTCAP, ALIBI, DROPOUT, FP8)
     else:
@@ -350,7 +415,7 @@ def _attn_fwd(Q, K, V, Out, Lse, Scores,
                             H, GROUP, N_Q, N_K, qk_scale,
                             Alibi, stride_az, stride_ah, Seed, win_left, win_right, softcap_scale, softcap_log2,
                             dropout_p, dropout_scale, QDescale, KDescale, VDescale,
-                            HEAD_DIM, HEAD_DIM_PAD, BLOCK_M, BLOCK_N,
+                            HEAD_DIM, HEAD_DIM_PAD, HEAD_DIM_B, BLOCK_M, BLOCK_N,
                             CAUSAL, SKIP_MASKED, DEFERRED_RESCALE, STORE_SCORES, EVEN_M, EVEN_D,
                             WINDOW, SOFTCAP, ALIBI, DROPOUT, FP8)
 
@@ -461,9 +526,9 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: A
         scores = torch.empty((batch, heads, n_q, n_k), device=q.device, dtype=torch.float32)
     else:
         scores = torch.empty((0,), device=q.device, dtype=torch.float32)
-    head_dim_pad = padded_head_dim(head_dim)
+    head_dim_pad, head_dim_b = head_dim_chunks(head_dim)
     if descales is not None:  # an fp8 tl.dot needs K >= 32 (sm_90: Q K^T at head dim 16 does not compile)
-        head_dim_pad = max(head_dim_pad, 32)
+        head_dim_pad, head_dim_b = max(padded_head_dim(head_dim), 32), 0
     features = opts.kernel_args(n_q, n_k, alibi_slopes, dropout_seed, lse)
     features.update(varlen_args(cu_seqlens_q, cu_seqlens_k, total_q, lse))
     switches = dict(SKIP_MASKED=opts.skip_masked_tiles, DEFERRED_RESCALE=opts.deferred_rescale,
@@ -487,11 +552,11 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: A
             q, k, v, out, lse, scores,
             *strides(q, varlen), *strides(k, varlen), *v_strides, *strides(out, varlen),
             heads, heads // kv_heads, n_q, n_k, opts.softmax_scale * LOG2E,
-            HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=config.block_m, BLOCK_N=config.block_n,
-            QDescale=q_descale, KDescale=k_descale, VDescale=v_descale,
+            HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, HEAD_DIM_B=head_dim_b, BLOCK_M=config.block_m,
+            BLOCK_N=config.block_n, QDescale=q_descale, KDescale=k_descale, VDescale=v_descale,
             num_warps=config.num_warps, num_stages=config.num_stages, **switches, **features)
 
-    key = ("fwd", q.dtype, head_dim_pad, tuple(switches.items()) + feature_switches(features) + (varlen,))
+    key = ("fwd", q.dtype, (head_dim_pad, head_dim_b), tuple(switches.items()) + feature_switches(features) + (varlen,))
     launch_fitting(launch, TileConfig(*opts.fwd_tiles), opts.fit_fwd_tiles, key)
     return out, lse, scores
 

@@ -248,12 +248,13 @@ class FlashAttentionFunction(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None, None
 
 
-def default_tiles_for(head_dim: int, pass_: str, algorithm: str = "fa2", dropout_p: float = 0.0) -> TileConfig:
+def default_tiles_for(head_dim: int, pass_: str, algorithm: str = "fa2", dropout_p: float = 0.0,
+                      atomic_dq: bool = False) -> TileConfig:
     """The tile config `flash_attention` takes for `pass_` when none is given: FA1's for
-    algorithm="fa1", else the engine's, which depends on whether dropout is on."""
+    algorithm="fa1", else the engine's, which depends on whether dropout and atomic dQ are on."""
     if algorithm == "fa1":
         return fa1_default_tiles(head_dim, pass_)
-    return default_tiles(head_dim, pass_, dropout=dropout_p > 0)
+    return default_tiles(head_dim, pass_, dropout=dropout_p > 0, atomic_dq=atomic_dq)
 
 
 def _check_window(window_size) -> tuple[int, int]:
@@ -679,7 +680,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
             softmax_scale=float(softmax_scale), causal=bool(causal), window_left=window_left, window_right=window_right,
             softcap=float(softcap), dropout_p=float(dropout_p),
             fwd_tiles=_tile_list(fwd_tiles or default_tiles_for(head_dim, "fwd", algorithm, dropout_p)),
-            bwd_tiles=_tile_list(bwd_tiles or default_tiles_for(head_dim, "bwd", algorithm, dropout_p)),
+            bwd_tiles=_tile_list(bwd_tiles or default_tiles_for(head_dim, "bwd", algorithm, dropout_p, bool(atomic_dq))),
             fit_fwd_tiles=fwd_tiles is None, fit_bwd_tiles=bwd_tiles is None,
             recompute=bool(recompute), deferred_rescale=bool(deferred_rescale), seq_parallel=bool(seq_parallel),
             skip_masked_tiles=bool(skip_masked_tiles), atomic_dq=bool(atomic_dq), algorithm=algorithm,

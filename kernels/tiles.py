@@ -48,6 +48,27 @@ def padded_head_dim(head_dim: int) -> int:
     return max(16, 1 << (head_dim - 1).bit_length())
 
 
+# False: the portable kernels pad every head dim to the next power of two (to time the difference).
+CHUNKED_HEAD_DIMS = True
+
+
+def head_dim_chunks(head_dim: int) -> tuple[int, int]:
+    """The column chunks (first, second) the portable kernels compute a head dim in, each a power
+    of two: (padded_head_dim, 0), one chunk, unless two chunks cover the head dim with fewer columns
+    than its pad, a first of at least 64 and a second of at least 32 (so no dot is narrower than
+    32): 96 = 64 + 32, 160 = 128 + 32, 176 and 192 = 128 + 64 (176 masks the last 16 columns).
+    Two chunks cost two dots of Q K^T and two accumulators of P V per key tile; the pad costs
+    tensor-core work on zero columns (a quarter of it at 192 padded to 256)."""
+    pad = padded_head_dim(head_dim)
+    first = pad // 2
+    if not CHUNKED_HEAD_DIMS or head_dim == pad or first < 64:
+        return pad, 0
+    second = padded_head_dim(head_dim - first)
+    if second < 32 or first + second >= pad:
+        return pad, 0
+    return first, second
+
+
 # Chosen from a sweep on the H200 at seqlen 8k, fp16 (notes/perf.md, v1): the best config per
 # padded head dim over full and causal. Head dims 16 and 32 take the 64 entries. 256 is sized to
 # fit shared memory (a 128-wide tile at D=256 does not). Its forward keeps 4 warps: with 8 it
@@ -76,9 +97,19 @@ _FP8_FWD = {16: TileConfig(128, 64, 4, 3), 32: TileConfig(128, 64, 4, 3), 64: Ti
             128: TileConfig(128, 128, 8, 3), 256: TileConfig(64, 64, 8, 2)}
 
 
-def default_tiles(head_dim: int, pass_: str, dropout: bool = False, fp8: bool = False) -> TileConfig:
+# The backward in the column chunks 128 + 64 (head dims 176 and 192): 64 x 64 tiles with 8 warps
+# ran the forward+backward 1.29-1.35x faster than the d256 entry's 32 x 64 in chunks and 1.57-1.65x the
+# padded one (notes/round18/head_dim_chunks_probe_h200.csv), though its dK/dV kernel spills 68-272
+# bytes per thread at sm_90 (notes/round18/head_dim_chunks_bwd_sm90.txt). Atomic dQ runs the
+# backward padded (one chunk), so it keeps the d256 entry.
+_CHUNKED_BWD = {(128, 64): TileConfig(64, 64, 8, 2)}
+
+
+def default_tiles(head_dim: int, pass_: str, dropout: bool = False, fp8: bool = False,
+                  atomic_dq: bool = False) -> TileConfig:
     """The engine's tile config for `pass_` ("fwd" or "bwd") at this (unpadded) head dim, with or
-    without dropout; `fp8`: the fp8 forward's (forward only)."""
+    without dropout; `fp8`: the fp8 forward's (forward only); `atomic_dq`: the backward with atomic
+    dQ, which computes the head dim padded, not in column chunks."""
     if pass_ not in _DEFAULTS:
         raise ValueError(f"pass_ must be 'fwd' or 'bwd', got {pass_!r}")
     if not 1 <= head_dim <= MAX_HEAD_DIM:
@@ -90,6 +121,8 @@ def default_tiles(head_dim: int, pass_: str, dropout: bool = False, fp8: bool = 
         return _FP8_FWD[padded]
     if dropout and pass_ == "fwd" and padded in _DROPOUT_FWD:
         return _DROPOUT_FWD[padded]
+    if pass_ == "bwd" and not atomic_dq and head_dim_chunks(head_dim) in _CHUNKED_BWD:
+        return _CHUNKED_BWD[head_dim_chunks(head_dim)]
     return _DEFAULTS[pass_][padded]
 
 

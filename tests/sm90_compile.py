@@ -154,7 +154,7 @@ def check_cases():
         return [torch.randn(1, 2, n, head_dim, dtype=torch.float16, requires_grad=True) for _ in range(3)]
 
     cases = []
-    for head_dim in (40, 64, 128, 256):
+    for head_dim in (40, 64, 96, 128, 192, 256):  # 96 and 192: the column chunks (kernels.tiles.head_dim_chunks)
         everything = dict(window_size=(50, 0), softcap=10.0, alibi_slopes=torch.rand(2), dropout_p=0.1)
         cases.append((f"d{head_dim} plain", launches_of(flash_attention, *qkv(head_dim))))
         cases.append((f"d{head_dim} causal, every feature",

@@ -264,20 +264,38 @@ def test_split_choice():
     assert choose_num_splits(1, 1, 1, 10 ** 7, cpu, 64) <= 128
 
 
+@pytest.mark.parametrize("paged", [False, True], ids=["dense", "paged"])
 @pytest.mark.parametrize("batch,kv_heads,max_keys", [(1, 4, 32768), (8, 4, 131072), (1, 32, 8192), (3, 5, 70001),
-                                                     (1, 1, 1000), (64, 4, 1024), (2, 3, 513)])
-def test_split_choice_is_a_power_of_two_within_the_caps(batch, kv_heads, max_keys):
-    """The rule: the smallest power of two reaching two waves over the SMs, unless a cap (no split under
-    MIN_KEYS_PER_SPLIT keys or one key tile, at most MAX_SPLITS) stops it first."""
+                                                     (1, 1, 1000), (64, 4, 1024), (2, 3, 513), (1, 3, 32768)])
+def test_split_choice_is_a_power_of_two_within_the_caps(batch, kv_heads, max_keys, paged):
+    """The rule, unless a cap (no split under MIN_KEYS_PER_SPLIT keys or one key tile, at most MAX_SPLITS)
+    stops it first: dense, the largest power of two whose programs fit in one wave over the SMs (at least
+    one split); paged, the smallest power of two reaching two waves."""
     from kernels._decode import CPU_SM_COUNT, MAX_SPLITS, MIN_KEYS_PER_SPLIT
-    cpu, block_n = torch.device("cpu"), 64
-    splits = choose_num_splits(batch, kv_heads, 1, max_keys, cpu, block_n)
+    cpu, block_n, programs = torch.device("cpu"), 64, batch * kv_heads
+    splits = choose_num_splits(batch, kv_heads, 1, max_keys, cpu, block_n, paged=paged)
     assert splits >= 1 and splits & (splits - 1) == 0
     cap = min(max_keys // MIN_KEYS_PER_SPLIT, -(-max_keys // block_n), MAX_SPLITS)
     assert splits <= max(cap, 1)
-    two_waves = splits * batch * kv_heads >= 2 * CPU_SM_COUNT
-    assert two_waves or 2 * splits > cap                   # stopped only by reaching two waves or by a cap
-    assert splits == 1 or (splits // 2) * batch * kv_heads < 2 * CPU_SM_COUNT   # the smallest such power
+    capped = 2 * splits > cap
+    if paged:
+        assert splits * programs >= 2 * CPU_SM_COUNT or capped      # stopped only by two waves or by a cap
+        assert splits == 1 or (splits // 2) * programs < 2 * CPU_SM_COUNT   # the smallest such power
+    else:
+        assert splits == 1 or splits * programs <= CPU_SM_COUNT      # one wave at most
+        assert 2 * splits * programs > CPU_SM_COUNT or capped        # the largest such power
+
+
+def test_split_choice_takes_the_layout():
+    """The same shape splits less from a dense cache than from a paged one where the grid is short."""
+    from kernels._decode import CPU_SM_COUNT
+    cpu = torch.device("cpu")
+    dense = choose_num_splits(1, 2, 1, 32768, cpu, 64)
+    paged = choose_num_splits(1, 2, 1, 32768, cpu, 64, paged=True)
+    assert (dense, paged) == (CPU_SM_COUNT // 2, CPU_SM_COUNT)
+    assert choose_num_splits(1, 3, 1, 32768, cpu, 64) == 2           # 3 programs: 2 splits fit in 8 SMs, 4 do not
+    assert choose_num_splits(16, 1, 1, 32768, cpu, 64) == 1          # more programs than SMs: no split
+    assert choose_num_splits(16, 1, 1, 32768, cpu, 64, paged=True) == 1
 
 
 def test_zero_length_cache(poisoned_allocations):

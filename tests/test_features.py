@@ -95,6 +95,10 @@ CASES = [
     ("dropout-window", (1, 2, 1, 70, 45, 40), False, dict(dropout_p=0.2, window_size=(9, 4))),
     ("dropout-causal-softcap-alibi", (2, 2, 2, 45, 70, 96), True, dict(dropout_p=0.15, softcap=4.0,
                                                                       alibi_slopes="bh")),
+    # head dims the forward computes in two column chunks (kernels.tiles.head_dim_chunks)
+    ("chunks-window-softcap-alibi", (1, 2, 1, 45, 70, 176), True, dict(window_size=(20, -1), softcap=3.0,
+                                                                      alibi_slopes="h")),
+    ("chunks-dropout-window", (1, 2, 2, 37, 53, 192), False, dict(dropout_p=0.2, window_size=(9, 4))),
 ]
 if HAS_CUDA:
     CASES += [

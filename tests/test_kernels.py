@@ -152,6 +152,81 @@ def test_switches_at_head_dim_128(switches, poisoned_allocations):
     check_against_reference(*make_inputs(1, 2, 2, n, n, 128, torch.float16), True, **switches)
 
 
+def test_head_dim_chunks_cover_the_head_dim_with_powers_of_two():
+    from kernels.tiles import head_dim_chunks, padded_head_dim
+    for d in range(1, 257):
+        first, second = head_dim_chunks(d)
+        assert first & (first - 1) == 0 and first >= 16 and first + second >= d
+        if second:  # two chunks: each a power of two, narrower than the pad together, none under 32
+            assert second & (second - 1) == 0 and 32 <= second and 64 <= first < d
+            assert first + second < padded_head_dim(d)
+        else:
+            assert first == padded_head_dim(d)
+    assert {d: head_dim_chunks(d) for d in (64, 96, 100, 128, 160, 176, 192, 256)} == {
+        64: (64, 0), 96: (64, 32), 100: (128, 0), 128: (128, 0), 160: (128, 32), 176: (128, 64), 192: (128, 64),
+        256: (256, 0)}
+
+
+@pytest.mark.parametrize("switches", [{}, dict(deferred_rescale=False), dict(recompute=False), dict(seq_parallel=False),
+                                      dict(skip_masked_tiles=False), dict(atomic_dq=True),
+                                      dict(fwd_tiles=TileConfig(16, 32, 4, 1), bwd_tiles=TileConfig(32, 16, 4, 1))],
+                         ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()) or "default")
+@pytest.mark.parametrize("head_dim", [96, 176])
+def test_head_dim_chunks_match_reference_with_every_switch(head_dim, switches, poisoned_allocations, monkeypatch):
+    """Forward and backward in two column chunks (176: the second one masked past the head dim),
+    under every switch of the portable kernels, against the float64 reference; the spies check
+    which kernels ran in chunks: all of them, but the backward's with atomic dQ (its float32
+    accumulator keeps padded rows)."""
+    import kernels._backward as backward
+    import kernels._forward as forward
+    from kernels.tiles import head_dim_chunks
+
+    launched = {}
+    for module in (forward, backward):
+        def spy(kernel, grid, *a, real=module.launch_kernel, **kw):
+            launched.setdefault(getattr(kernel, "__name__", None) or kernel.fn.__name__, set()).add(kw.get("HEAD_DIM_B"))
+            return real(kernel, grid, *a, **kw)
+        monkeypatch.setattr(module, "launch_kernel", spy)
+    torch.manual_seed(head_dim + len(switches))
+    check_against_reference(*make_inputs(1, 4, 2, 45, 70, head_dim, torch.float16), True, hopper=False,
+                            hopper_backward=False, **switches)
+    second = head_dim_chunks(head_dim)[1]
+    assert second > 0
+    names = {name.split(".")[-1]: chunks for name, chunks in launched.items()}
+    assert names.pop("_attn_fwd") == {second}
+    assert names.pop("_attn_bwd_delta") == {None}
+    if switches.get("atomic_dq"):
+        assert names == {"_attn_bwd_dkdv": {0}}
+    else:
+        assert names == {"_attn_bwd_dkdv": {second}, "_attn_bwd_dq": {second}}
+
+
+def test_head_dim_chunks_switched_off_pad_again(monkeypatch):
+    import kernels.tiles as tiles
+
+    monkeypatch.setattr(tiles, "CHUNKED_HEAD_DIMS", False)
+    assert tiles.head_dim_chunks(192) == (256, 0) and tiles.head_dim_chunks(96) == (128, 0)
+
+
+def test_backward_in_chunks_128_64_takes_its_own_tiles(monkeypatch):
+    """176 and 192 run the backward in chunks 128 + 64 with the 64 x 64 tile; atomic dQ (padded to 256)
+    and the padded kernels keep the d256 entry, which head dim 256 keeps too."""
+    import kernels.tiles as tiles
+    from kernels.attention import default_tiles_for
+
+    d256 = tiles.default_tiles(256, "bwd")
+    assert d256 == TileConfig(32, 64, 8, 2)
+    for head_dim in (176, 192):
+        assert tiles.default_tiles(head_dim, "bwd") == TileConfig(64, 64, 8, 2)
+        assert default_tiles_for(head_dim, "bwd", "fa2", 0.1) == TileConfig(64, 64, 8, 2)
+        assert tiles.default_tiles(head_dim, "bwd", atomic_dq=True) == d256
+        assert default_tiles_for(head_dim, "bwd", atomic_dq=True) == d256
+        assert tiles.default_tiles(head_dim, "fwd") == tiles.default_tiles(256, "fwd")
+    assert tiles.default_tiles(160, "bwd") == d256  # chunks 128 + 32: not measured, the d256 entry
+    monkeypatch.setattr(tiles, "CHUNKED_HEAD_DIMS", False)
+    assert tiles.default_tiles(192, "bwd") == d256
+
+
 def test_tile_fallback_steps_down_and_warns():
     from triton.runtime.errors import OutOfResources
 

@@ -131,6 +131,7 @@ CASES = [
     ("alibi-heads-causal", (4, 40), 2, 2, 16, True, dict(alibi="heads")),
     ("all", (4, 45), 4, 2, 40, True, dict(window_size=(12, -1), softcap=2.5, alibi="batch")),
     ("default-tiles", (5, 40), 4, 2, 40, True, dict(tiles=None, window_size=(10, 4), alibi="batch")),
+    ("head-dim-chunks", (4, 40), 4, 2, 176, True, dict(window_size=(12, -1), softcap=2.5)),  # 128 + 64, masked
 ]
 
 
