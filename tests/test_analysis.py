@@ -222,6 +222,24 @@ def test_ceiling_and_copy_rows_are_not_attention(frames):
     assert verdicts(without)["forward_peak_fraction"]["values"]["ceiling_from"] == "ceiling"
 
 
+def test_peak_fraction_verdict_rests_on_the_fastest_ceiling_repetition(frames):
+    """A matmul repetition that ran clocked down lowers the ceiling's median: the backward's share of the median
+    passes 63% while its share of the fastest repetition does not, and the verdict follows the fastest."""
+    best = verdicts(frames)["backward_peak_fraction"]["values"]["best_tflops"]
+    speed = frames["speed"].copy()
+    matmul = (speed["provider"] == "torch_matmul") & (speed["dtype"] == "fp16")
+    assert matmul.sum() >= 3
+    speed.loc[matmul, "tflops"] = best / 0.66
+    speed.loc[speed.index[matmul][0], "tflops"] = best / 0.60
+    record = verdicts({**frames, "speed": speed})["backward_peak_fraction"]
+    assert record["values"]["of_ceiling"] == pytest.approx(0.66)
+    assert record["values"]["of_fastest_ceiling"] == pytest.approx(0.60)
+    assert record["verdict"] == DOES_NOT_HOLD
+    assert "66.0% of the fp16 matmul ceiling" in record["finding"] and "60.0% of its fastest" in record["finding"]
+    speed.loc[matmul, "tflops"] = best / 0.64
+    assert verdicts({**frames, "speed": speed})["backward_peak_fraction"]["verdict"] == PARTLY
+
+
 @pytest.mark.parametrize("share, text", [(0.7299, "72.9%"), (0.4999, "49.9%"), (0.73, "73.0%"), (0.5, "50.0%")])
 def test_shares_print_with_one_decimal_never_rounded_up(share, text):
     assert percent(share) == text
