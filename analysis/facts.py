@@ -150,7 +150,9 @@ def method_text(setup_facts: dict, method_facts: dict) -> list[str]:
         "it (so workspaces kept alive by earlier calls do not count); the total adds the bytes of its inputs (q, k, "
         "v and, with a backward, dO).",
         f"Ceilings: each repetition of a timed ablation also timed an 8192-cube matmul before its attention cells; "
-        f"shares of the measured ceiling read the median of these interleaved matmuls of the same dtype ({ceilings}).",
+        f"shares of the measured ceiling read the median of these interleaved matmuls of the same dtype ({ceilings}); "
+        "the peak-fraction verdicts read their fastest repetition, since one that ran on a clocked-down GPU lowers "
+        "the median.",
         "FLOP count (the paper's, experiments/flops.py): forward 4 x batch x heads x seqlen_q x seqlen_k x "
         "head_dim, halved for causal attention when seqlen_q = seqlen_k; backward "
         f"{flops.MODE_FACTOR['bwd']:g} times the forward (five matmuls against two); forward + backward "

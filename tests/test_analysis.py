@@ -240,6 +240,21 @@ def test_peak_fraction_verdict_rests_on_the_fastest_ceiling_repetition(frames):
     assert verdicts({**frames, "speed": speed})["backward_peak_fraction"]["verdict"] == PARTLY
 
 
+def test_peak_fraction_figure_draws_the_ceiling_the_verdict_reads(frames):
+    """The figure's dashed line and right axis sit at the ceiling's fastest repetition, not at its median."""
+    speed = frames["speed"].copy()
+    matmul = (speed["provider"] == "torch_matmul") & (speed["dtype"] == "fp16")
+    speed.loc[matmul, "tflops"] = 600.0
+    speed.loc[speed.index[matmul][0], "tflops"] = 750.0
+    figure = draw("peak_fraction", {**frames, "speed": speed}, read_hardware())
+    axis, right = figure.axes[0], figure.axes[-1]
+    datasheet = float(axis.get_ylabel().split("(")[1].split(" ")[0])
+    dashed = [line.get_ydata()[0] for line in axis.get_lines() if line.get_linestyle() == "--"]
+    assert dashed == [pytest.approx(100 * 750.0 / datasheet)]
+    assert right.get_ylim()[1] == pytest.approx(100 * datasheet / 750.0)
+    assert "750 TFLOP/s" in right.get_ylabel()
+
+
 @pytest.mark.parametrize("share, text", [(0.7299, "72.9%"), (0.4999, "49.9%"), (0.73, "73.0%"), (0.5, "50.0%")])
 def test_shares_print_with_one_decimal_never_rounded_up(share, text):
     assert percent(share) == text
@@ -560,3 +575,14 @@ def test_fp8_not_in_the_archive_is_no_data_saying_so(frames, tmp_path):
     found = facts.collect(without, read_hardware(), tmp_path)
     assert "fp8" in found["not_measured"] and found["fp8"] == {"measured": False, "speed_rows": [],
                                                                "precision_rows": []}
+
+
+def test_accuracy_figure_is_the_same_on_every_draw(frames):
+    """The strip plot's jitter is seeded: drawing the same results twice gives the same pixels."""
+    def pixels():
+        figure = draw("accuracy", frames, read_hardware())
+        figure.canvas.draw()
+        return bytes(figure.canvas.buffer_rgba())
+    first = pixels()
+    draw("accuracy", frames, read_hardware())  # a draw in between moves numpy's global generator
+    assert pixels() == first
