@@ -1,6 +1,6 @@
 """Ours against the SDPA flash and cuDNN backends on the paper's grid, from the archived speed run.
 
-    python notes/peer_ratios.py [results/archive/nvidia-h200/speed.csv]
+    python notes/peer_ratios.py [results/archive/nvidia-h200/speed.csv] [modes, default fwd,fwd_bwd]
 
 Prints, for fp16, forward and forward+backward: TFLOP/s of each (median over repetitions),
 ours/flash, ours/cuDNN, the ratio of attention's own memory ours/flash, and `hb` where a repetition of
@@ -13,8 +13,9 @@ import sys
 import pandas as pd
 
 path = sys.argv[1] if len(sys.argv) > 1 else "results/archive/nvidia-h200/speed.csv"
+modes = sys.argv[2].split(",") if len(sys.argv) > 2 else ["fwd", "fwd_bwd"]
 rows = pd.read_csv(path)
-rows = rows[(rows.dtype == "fp16") & (rows.status == "ok") & rows["mode"].isin(["fwd", "fwd_bwd"])]
+rows = rows[(rows.dtype == "fp16") & (rows.status == "ok") & rows["mode"].isin(modes)]
 memory_column = "attn_mem_bytes" if "attn_mem_bytes" in rows else "peak_mem_bytes"
 if "host_bound" not in rows:
     rows = rows.assign(host_bound=0)
