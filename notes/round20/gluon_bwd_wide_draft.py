@@ -22,7 +22,8 @@ over all 256 columns, ptxas kept every chunk's K and V descriptors live and spil
 Shared memory holds K and V (64 x 256 each), two Q slots, one or two dO slots (FlashAttention-3 keeps one dO
 stage at 256), P^T and dS^T and the dQ^T staging: 213 KB with one dO slot and two staging buffers a
 consumer, 230 KB with two dO slots and one. D = 192 runs in the tiles of 256 (the TMA boxes read zeros past
-column 192), as the Hopper forward does; its score and dQ^T chunks stop at 192.
+column 192), as the Hopper forward does; its score and dQ^T chunks stop at 192, and the second consumer holds
+columns 128-191 of dK and dV.
 
 Loads: a producer warp (K and V once, then Q and dO per query tile), or, self-loading, consumer 0 (no
 producer warp, so the launch's 255 registers a thread go to the consumers). Barriers: q_ready/q_empty and
@@ -141,7 +142,9 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, pt_smem, ds_smem, dq_smem, kv_bar
     [WHICH * TILE_D / 2, + TILE_D / 2) of dK and dV over all of them; dQ^T of its own query rows."""
     dtype: gl.constexpr = q_smem.dtype
     HALF_M: gl.constexpr = BLOCK_M // 2
-    COLS: gl.constexpr = TILE_D // 2
+    HALF_D: gl.constexpr = TILE_D // 2
+    # this consumer's columns of dK and dV: [WHICH * HALF_D, + COLS), 64 for the second at head dim 192
+    COLS: gl.constexpr = HALF_D if OUT_DIM >= (WHICH + 1) * HALF_D else OUT_DIM - WHICH * HALF_D
     DQ_ROWS: gl.constexpr = dq_smem.shape[1]
     st_layout: gl.constexpr = _wgmma_layout(num_warps, HALF_M)  # S^T, dP^T: keys x this consumer's queries
     acc_layout: gl.constexpr = _wgmma_layout(num_warps, COLS)  # dK, dV: keys x this consumer's columns
@@ -229,8 +232,8 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, pt_smem, ds_smem, dq_smem, kv_bar
                       q0 + WHICH * HALF_M, sm_scale)
         # dV += P^T dO and dK += dS^T Q over both halves of the tile, this consumer's columns
         mbarrier.wait(pds_full, t & 1)
-        do_cols = do_tile.slice(WHICH * COLS, COLS, dim=1)
-        q_cols = q_tile.slice(WHICH * COLS, COLS, dim=1)
+        do_cols = do_tile.slice(WHICH * HALF_D, COLS, dim=1)
+        q_cols = q_tile.slice(WHICH * HALF_D, COLS, dim=1)
         dv = warpgroup_mma(pt_smem, do_cols, dv, is_async=True)
         dk = warpgroup_mma(ds_smem, q_cols, dk, is_async=True)
         dv = warpgroup_mma_wait(1, deps=[dv])
@@ -248,7 +251,7 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, pt_smem, ds_smem, dq_smem, kv_bar
 
     # epilogue: this consumer's columns of dK (scaled) and dV, keys inside the sequence, columns < OUT_DIM
     rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, acc_layout))
-    cols = WHICH * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(0, acc_layout))
+    cols = WHICH * HALF_D + gl.arange(0, COLS, layout=gl.SliceLayout(0, acc_layout))
     offsets = (kv_row + gl.expand_dims(rows, 1)).to(gl.int64) * OUT_DIM + gl.expand_dims(cols, 0)
     keep = gl.expand_dims(key0 + rows < N_K, 1) & gl.expand_dims(cols < OUT_DIM, 0)
     out_dtype: gl.constexpr = DK.dtype.element_ty
