@@ -18,7 +18,7 @@ alone. Here both consumers work on the same 64 keys and split everything else:
 
 So each tile pair runs the 5 matmuls the FLOP count credits, with two 64 x 128 float32 accumulators a
 thread. The score and dQ^T MMAs go over the head dim in 64-column chunks in a runtime loop: as one call
-over all 256 columns, ptxas kept every chunk's K and V descriptors live and spilled about 500 bytes.
+over all 256 columns, ptxas kept every chunk's K and V descriptors live and spilled.
 Shared memory holds K and V (64 x 256 each), two Q slots, one or two dO slots (FlashAttention-3 keeps one dO
 stage at 256), P^T and dS^T and the dQ^T staging: 213 KB with one dO slot and two staging buffers a
 consumer, 230 KB with two dO slots and one. D = 192 runs in the tiles of 256 (the TMA boxes read zeros past
@@ -193,7 +193,7 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, pt_smem, ds_smem, dq_smem, kv_bar
         do_tile = do_smem.index(do_slot)
         # S^T = K Q_half^T and dP^T = V dO_half^T (M = 64 keys, N = 32 queries, K = TILE_D)
         # in 64-column chunks of the head dim, a runtime loop, so that only one chunk's MMA descriptors are live
-        # (with the whole head dim in one call ptxas keeps all sixteen K and V descriptors and spills 500 bytes)
+        # (with the whole head dim in one call ptxas keeps all sixteen K and V descriptors live, and spills)
         q4 = q_tile._reinterpret(dtype, [TILE_D // 64, BLOCK_M, 64], chunk_layout)
         do4 = do_tile._reinterpret(dtype, [TILE_D // 64, BLOCK_M, 64], chunk_layout)
         st = warpgroup_mma(k4.index(0), q4.index(0).slice(WHICH * HALF_M, HALF_M, dim=0).permute((1, 0)),
