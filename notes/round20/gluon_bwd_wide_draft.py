@@ -403,14 +403,16 @@ SHAPES = [(2, 4, 4, 1024, 1024, 256), (1, 4, 2, 700, 900, 256), (2, 3, 1, 129, 3
           (1, 2, 2, 64, 64, 256), (2, 2, 1, 1, 300, 256)]
 
 
-def check(head_dims=(256, 192)) -> None:
+def check(head_dims=(256, 192)) -> int:
     """On an sm_90 GPU: gradients against the float64 reference with the tests' rule (twice PyTorch's own
-    low-precision error plus a floor), fp16 and bf16, both masks, odd lengths, GQA, Nq != Nk."""
+    low-precision error plus a floor), fp16 and bf16, both masks, odd lengths, GQA, Nq != Nk. Prints a line
+    per case and variant ("ok" or "FAIL" with the first mismatch) and goes on; returns the number failed."""
     sys.path.insert(0, "tests")
     from test_kernels import assert_close_to_reference, make_inputs
 
     from kernels import attention_reference, flash_attention
 
+    failed = 0
     for shape in SHAPES:
         if shape[-1] not in head_dims:
             continue
@@ -426,12 +428,18 @@ def check(head_dims=(256, 192)) -> None:
                 ref_grads = torch.autograd.grad(ref, (q, k, v), do.double())
                 low_grads = torch.autograd.grad(low, (q, k, v), do)
                 for switches in VARIANTS:
-                    grads = wide_backward(do, q.detach(), k.detach(), v.detach(), out.detach(), lse,
-                                          shape[-1] ** -0.5, causal, **switches)
-                    torch.cuda.synchronize()
-                    for name, ours, lo, re_ in zip(("dq", "dk", "dv"), grads, low_grads, ref_grads):
-                        assert_close_to_reference(name, ours, lo, re_)
-                    print(f"ok {shape} {dtype} causal={causal} {switches}", flush=True)
+                    try:
+                        grads = wide_backward(do, q.detach(), k.detach(), v.detach(), out.detach(), lse,
+                                              shape[-1] ** -0.5, causal, **switches)
+                        torch.cuda.synchronize()
+                        for name, ours, lo, re_ in zip(("dq", "dk", "dv"), grads, low_grads, ref_grads):
+                            assert_close_to_reference(name, ours, lo, re_)
+                        print(f"ok {shape} {dtype} causal={causal} {switches}", flush=True)
+                    except AssertionError as error:
+                        failed += 1
+                        print(f"FAIL {shape} {dtype} causal={causal} {switches}: {str(error)[:600]}", flush=True)
+    print(f"check: {failed} failed", flush=True)
+    return failed
 
 
 def bench(head_dims=(256, 192)) -> None:
@@ -479,12 +487,11 @@ def main() -> None:
     parser.add_argument("--head-dims", default="256,192", help="comma-separated head dims (default: 256,192)")
     parsed = parser.parse_args()
     head_dims = tuple(int(d) for d in parsed.head_dims.split(","))
-    if parsed.check:
-        check(head_dims)
+    failed = check(head_dims) if parsed.check else 0
     if parsed.bench:
         bench(head_dims)
     if parsed.check or parsed.bench:
-        return
+        sys.exit(1 if failed else 0)
     for head_dim in head_dims:
         for causal in (False, True):
             for switches in VARIANTS:
