@@ -7,7 +7,9 @@ the figures). A cell is kept out of verdicts when
   host-bound  any repetition says the GPU waited for the host (ms well above gpu_ms: it timed launches), or
   noisy       its repetitions disagree: (max - min) / median of ms above `noisy_spread` (claims.yaml),
 and every claim says how many cells it left out and why. Memory is not a timing: host-bound or noisy
-timing does not exclude a cell's memory.
+timing does not exclude a cell's memory. A cell aggregated on GPU_TIME (gpu_ms: the call's launches all
+queued behind a sleep kernel, so no host gap shows, as in a CUDA-graph replay) cannot be host-bound; it is
+noisy when its gpu_ms repetitions disagree.
 
 This module does not judge claims (analysis/claims.py) or draw (analysis/figures.py).
 """
@@ -23,6 +25,7 @@ from analysis.load import CELL_KEYS, SHAPE_COLUMNS, TILE_COLUMNS, attention_rows
 
 CLAIMS_FILE = Path(__file__).with_name("claims.yaml")
 TIMING_VALUES = ("ms", "tflops", "gpu_ms")
+GPU_TIME = "gpu_ms"
 HOST_BOUND, NOISY = "host-bound", "noisy"
 PAIR_KEYS = SHAPE_COLUMNS + ["mode"]
 # carried from a cell's first row (they are the same in every repetition of a run)
@@ -43,7 +46,8 @@ def cell_keys(frame: pd.DataFrame) -> list[str]:
 def aggregate(frame: pd.DataFrame, value: str = "ms", keys: list[str] | None = None,
               settings: dict | None = None) -> pd.DataFrame:
     """One row per cell: the median of `value` over its measured repetitions, its min and max, the number of
-    repetitions, the relative spread of ms, host_bound, noisy and `excluded` (the reason, or "").
+    repetitions, the relative spread of ms (of gpu_ms when `value` is GPU_TIME), host_bound, noisy and
+    `excluded` (the reason, or "").
 
     A cell with no measured repetition keeps the status and note of its failed rows (value NaN).
     """
@@ -57,14 +61,14 @@ def aggregate(frame: pd.DataFrame, value: str = "ms", keys: list[str] | None = N
     grouped = ok.groupby(keys, dropna=False, sort=False)
     cells = grouped[value].agg(["median", "min", "max", "size"]).rename(
         columns={"median": value, "min": f"{value}_min", "max": f"{value}_max", "size": "repetitions"})
-    timing = grouped["ms"].agg(["median", "min", "max"])
+    timing = grouped[GPU_TIME if value == GPU_TIME else "ms"].agg(["median", "min", "max"])
     cells["spread"] = (timing["max"] - timing["min"]) / timing["median"]
     cells["host_bound"] = grouped["host_bound"].max().fillna(0).astype(int)
     cells = cells.join(grouped[[c for c in CARRIED if c not in keys]].first()).reset_index()
     cells["status"] = "ok"
     judged = value in TIMING_VALUES
     cells["noisy"] = judged & (cells["spread"] > settings["noisy_spread"]).fillna(False)
-    cells["excluded"] = np.where(judged & (cells["host_bound"] == 1), HOST_BOUND,
+    cells["excluded"] = np.where(judged & (value != GPU_TIME) & (cells["host_bound"] == 1), HOST_BOUND,
                                  np.where(cells["noisy"], NOISY, ""))
     failed = frame[frame["status"] != "ok"].drop_duplicates(keys)
     if not ok.empty:

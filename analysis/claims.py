@@ -17,6 +17,7 @@ import ast
 import json
 import math
 import operator
+import re
 import string
 import sys
 from pathlib import Path
@@ -587,8 +588,17 @@ class _Template(string.Formatter):
         return super().format_field(value, format_spec)
 
 
+# "1.90-1.90x" -> "1.90x" and "98.5%-98.5%" -> "98.5%": a range whose ends print the same is one value.
+_SAME_ENDS = re.compile(r"(?<![\w.:])(\d+(?:\.\d+)?)(%?)-\1\2(?=x(?!\w)|[^\w.%]|$)")
+# "1 shapes" -> "1 shape": a count of one takes the singular (only the nouns the templates count).
+_ONE_OF = re.compile(r"(?<![^\s(])1 (shape|pair|cell|output|repetition|model/context pair)s\b")
+
+
 def fill(template: str, values: dict) -> str:
-    return _Template().format(template, **values)
+    """The template with `values` in it (see `_Template`), its ranges of one value and counts of one said
+    as such."""
+    text = _Template().format(template, **values)
+    return _ONE_OF.sub(r"1 \1", _SAME_ENDS.sub(r"\1\2", text))
 
 
 def verdict_of(claim: dict, values: dict) -> str:

@@ -261,6 +261,18 @@ def test_shares_print_with_one_decimal_never_rounded_up(share, text):
     assert fill("{x:pct}", {"x": share}) == text
 
 
+@pytest.mark.parametrize("template, values, text", [
+    ("{lo:.2f}-{hi:.2f}x over {n} shapes", {"lo": 1.9, "hi": 1.9, "n": 1}, "1.90x over 1 shape"),
+    ("{lo:.2f}-{hi:.2f}x over {n} shapes", {"lo": 1.9, "hi": 1.91, "n": 2}, "1.90-1.91x over 2 shapes"),
+    ("{lo:pct}-{hi:pct} ({n} model/context pairs)", {"lo": 0.985, "hi": 0.9851, "n": 1}, "98.5% (1 model/context pair)"),
+    ("{lo:.3f}-{hi:.3f}x, 1 noisy cell", {"lo": 1.0244, "hi": 1.0241}, "1.024x, 1 noisy cell"),
+    ("seqlen 16384, 11 shapes, 2k-16k, 1-1.5x", {}, "seqlen 16384, 11 shapes, 2k-16k, 1-1.5x"),
+    ("over {n} GQA 8:1 cells (1 shapes)", {"n": 18}, "over 18 GQA 8:1 cells (1 shape)"),
+])
+def test_findings_say_one_value_and_one_count_plainly(template, values, text):
+    assert fill(template, values) == text
+
+
 def test_exact_error_says_which_host_measured_it(frames):
     cpu = frames["accuracy"].assign(host_kind="cpu-interpreter", gpu="")
     assert "interpreter" in verdicts({**frames, "accuracy": cpu})["exact_error"]["finding"]
