@@ -17,11 +17,12 @@ import pandas as pd
 from experiments import flops
 
 from analysis.catalog import FIGURES, caption, figure_paths
-from analysis.cells import aggregate, exclusion_counts, interleaved_ceiling, read_settings
+from analysis.cells import (aggregate, describe_exclusions, eligible, exclusion_counts, interleaved_ceiling,
+                            read_settings)
 from analysis.claims import paired_ratio, to_json
 from analysis.figures import MODE_TITLES, PROVIDERS, VARIANTS
-from analysis.load import (EXPERIMENTS, PROVENANCE_COLUMNS, TIMED_ABLATIONS, attention_rows, measured,
-                           not_measured, read_jit, read_loss, read_results)
+from analysis.load import (EXPERIMENTS, PROVENANCE_COLUMNS, TILE_COLUMNS, TIMED_ABLATIONS, attention_rows,
+                           measured, not_measured, read_jit, read_loss, read_results)
 from analysis.decode import facts as decode_facts
 from analysis.fp8 import facts as fp8_facts
 from analysis.peaks import datasheet_entry, main_gpu, paper_gpu_entry, read_hardware
@@ -239,16 +240,30 @@ def speed_table(frames: dict[str, pd.DataFrame]) -> dict:
                      for p in providers]}
 
 
-def best_tiles(frames: dict[str, pd.DataFrame]) -> list[dict]:
-    rows = measured(frames["tiles"]).dropna(subset=["tflops"])
-    best = rows.loc[rows.groupby(["mode", "head_dim", "dtype"])["tflops"].idxmax()] if not rows.empty else rows
-    worst = rows.groupby(["mode", "head_dim", "dtype"])["tflops"].min()
-    return [{"mode": MODE_TITLES.get(row.mode, row.mode), "head_dim": int(row.head_dim), "dtype": row.dtype,
-             "block_m": int(row.block_m), "block_n": int(row.block_n), "num_warps": int(row.num_warps),
-             "num_stages": int(row.num_stages), "tflops": float(row.tflops),
-             "over_worst": float(row.tflops / worst[(row.mode, row.head_dim, row.dtype)]),
-             "configs": int(((rows["mode"] == row.mode) & (rows["head_dim"] == row.head_dim)).sum())}
-            for row in best.itertuples()]
+def best_tiles(frames: dict[str, pd.DataFrame]) -> dict:
+    """The fastest tile configuration per pass, head dim and dtype, read from cells (analysis.cells.aggregate:
+    the median TFLOP/s over repetitions), among the eligible ones (host-bound and noisy cells left out, as in
+    the verdicts); over the slowest eligible cell; and how many configurations the sweep tried there (each
+    once, however many repetitions measured it), with the engine's default beside them. `excluded` says which
+    cells were left out."""
+    settings = read_settings()
+    cells = aggregate(attention_rows(frames["tiles"]), "tflops", settings=settings)
+    ok = eligible(cells).dropna(subset=["tflops"])
+    rows = []
+    for (mode, head_dim, dtype), group in ok.groupby(["mode", "head_dim", "dtype"], sort=True):
+        best = group.loc[group["tflops"].idxmax()]
+        tried = cells[(cells["mode"] == mode) & (cells["head_dim"] == head_dim) & (cells["dtype"] == dtype)]
+        sweep = tried[tried["variant"] != "default"].drop_duplicates(TILE_COLUMNS)
+        has_default = bool((tried["variant"] == "default").any())
+        rows.append({"mode": MODE_TITLES.get(mode, mode), "head_dim": int(head_dim), "dtype": dtype,
+                     "block_m": int(best["block_m"]), "block_n": int(best["block_n"]),
+                     "num_warps": int(best["num_warps"]), "num_stages": int(best["num_stages"]),
+                     "default": best["variant"] == "default", "tflops": float(best["tflops"]),
+                     "repetitions": int(best["repetitions"]),
+                     "over_worst": float(best["tflops"] / group["tflops"].min()),
+                     "configs": len(sweep), "with_default": has_default,
+                     "configs_text": f"{len(sweep)} + default" if has_default else str(len(sweep))})
+    return {"rows": rows, "excluded": describe_exclusions(cells[cells["status"] == "ok"], settings)}
 
 
 def fa1_steps(frames: dict[str, pd.DataFrame]) -> list[dict]:

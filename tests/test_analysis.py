@@ -598,3 +598,30 @@ def test_accuracy_figure_is_the_same_on_every_draw(frames):
     first = pixels()
     draw("accuracy", frames, read_hardware())  # a draw in between moves numpy's global generator
     assert pixels() == first
+
+
+def test_tile_table_reads_cell_medians_leaves_noisy_cells_out_and_counts_configurations(frames):
+    """One repetition of a slower configuration running 1.5x faster neither wins the table nor sets its ratio:
+    the winner is the fastest cell median among the cells that may decide, and Configs counts configurations,
+    not rows."""
+    from analysis import facts
+
+    slower = {"block_m": 128, "block_n": 128, "num_warps": 8, "num_stages": 3}
+    changed = scale(frames, "tiles", slower, 1 / 1.5,
+                    where=lambda rows: (rows["repetition"] == 0) & (rows["mode"] == "fwd") & (rows["head_dim"] == 64))
+    tiles = facts.best_tiles(changed)
+    forward = next(row for row in tiles["rows"] if row["mode"] == "forward" and row["head_dim"] == 64)
+    assert (forward["block_m"], forward["block_n"], forward["num_warps"], forward["num_stages"]) == (128, 64, 8, 3)
+    best = changed["tiles"][(changed["tiles"]["mode"] == "fwd") & (changed["tiles"]["head_dim"] == 64)
+                            & (changed["tiles"]["block_m"] == 128) & (changed["tiles"]["block_n"] == 64)
+                            & (changed["tiles"]["num_warps"] == 8) & (changed["tiles"]["num_stages"] == 3)]
+    assert forward["tflops"] == pytest.approx(best["tflops"].median())
+    assert "1 noisy cell" in tiles["excluded"]
+    # 2 warp counts x 3 stage counts x 2 BLOCK_M x 3 BLOCK_N, measured in 3 repetitions each (and at head dim
+    # 128 two configurations that ran out of shared memory, tried all the same)
+    assert {row["configs"] for row in tiles["rows"]} == {36}
+    assert {row["configs_text"] for row in tiles["rows"]} == {"36"}
+    engine_choice = select(changed["tiles"], {"block_m": 128, "block_n": 64, "num_warps": 8, "num_stages": 3})
+    default = pd.concat([changed["tiles"], engine_choice.assign(variant="default")], ignore_index=True)
+    assert {row["configs_text"] for row in facts.best_tiles({**changed, "tiles": default})["rows"]} == {"36 + default"}
+
