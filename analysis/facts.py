@@ -8,6 +8,7 @@ paper templates read, so that no number in the report is typed by hand.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from importlib.metadata import version
 from pathlib import Path
@@ -21,7 +22,7 @@ from analysis.cells import (aggregate, describe_exclusions, eligible, exclusion_
                             read_settings)
 from analysis.claims import paired_ratio, to_json
 from analysis.figures import MODE_TITLES, PROVIDERS, VARIANTS
-from analysis.load import (EXPERIMENTS, PROVENANCE_COLUMNS, TILE_COLUMNS, TIMED_ABLATIONS, attention_rows,
+from analysis.load import (CELL_KEYS, EXPERIMENTS, PROVENANCE_COLUMNS, TILE_COLUMNS, TIMED_ABLATIONS, attention_rows,
                            measured, not_measured, read_jit, read_loss, read_results)
 from analysis.decode import facts as decode_facts
 from analysis.fp8 import facts as fp8_facts
@@ -283,21 +284,34 @@ def fa1_steps(frames: dict[str, pd.DataFrame]) -> list[dict]:
 NOTE_WIDTH = 120
 
 
+def _note_shown(note: str, width: int = NOTE_WIDTH) -> str:
+    """A failure's note as the table shows it: an error type written twice ("OutOfMemoryError: OutOfMemoryError:
+    CUDA out of memory") said once, and a note longer than `width` cut at the last whole word within it, its
+    trailing punctuation dropped, then "..."."""
+    while (match := re.match(r"([\w.]+): \1: ", note)):
+        note = note[len(match.group(1)) + 2:]
+    if len(note) <= width:
+        return note
+    cut = note[:width]
+    if note[width] != " " and " " in cut:
+        cut = cut.rsplit(" ", 1)[0]
+    return cut.rstrip(" .,;:") + "..."
+
+
 def failures(frames: dict[str, pd.DataFrame]) -> list[dict]:
     """Cells that did not measure, grouped by what tells them apart (experiment, provider, variant, status and
-    the note as shown), with the passes, head dims and lengths each group covers and how many repetitions."""
+    the note as shown), with the passes, head dims and lengths each group covers, how many cells (CELL_KEYS:
+    one per shape, pass and arm, however many repetitions failed) and how many rows."""
     rows = pd.concat([frame[frame["status"] != "ok"] for frame in frames.values()])
     if rows.empty:
         return []
-    rows = rows.assign(shown=rows["note"].str.slice(0, NOTE_WIDTH))
+    rows = rows.assign(shown=rows["note"].map(_note_shown))
     grouped = rows.groupby(["experiment", "provider", "variant", "status", "shown"], dropna=False)
     records = []
     for (experiment, provider, variant, status, note), group in grouped:
-        cells = group.drop_duplicates([c for c in group.columns if c not in ("repetition", "timestamp")])
         records.append({"experiment": experiment, "provider": provider, "variant": variant, "status": status,
-                        "note": note + ("..." if group["note"].str.len().max() > NOTE_WIDTH else ""),
-                        "cells": len(cells), "rows": len(group), "modes": _values(group["mode"]),
-                        "head_dims": _values(group["head_dim"].sort_values()),
+                        "note": note, "cells": len(group.drop_duplicates(CELL_KEYS)), "rows": len(group),
+                        "modes": _values(group["mode"]), "head_dims": _values(group["head_dim"].sort_values()),
                         "causal": _values(group["causal"].sort_values()),
                         "seqlens": _values(group["seqlen_k"].sort_values())})
     return records

@@ -625,3 +625,21 @@ def test_tile_table_reads_cell_medians_leaves_noisy_cells_out_and_counts_configu
     default = pd.concat([changed["tiles"], engine_choice.assign(variant="default")], ignore_index=True)
     assert {row["configs_text"] for row in facts.best_tiles({**changed, "tiles": default})["rows"]} == {"36 + default"}
 
+
+def test_failure_table_counts_cells_not_rows_and_shows_each_note_cleanly(frames):
+    """A cell that failed in every repetition is one cell of several rows, even where its rows' notes differ past
+    what the table shows; an error type written twice is shown once, and a long note is cut at a whole word."""
+    from analysis import facts
+    from analysis.synthetic import REPETITIONS
+
+    training = frames["training"].copy()
+    failed = training["status"] == "oom"
+    training.loc[failed, "note"] = [
+        "OutOfMemoryError: OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB. GPU 0 has a total "
+        f"capacity of 139.80 GiB of which 10.{repetition}0 GiB is free." for repetition in training.loc[failed, "repetition"]]
+    record = next(record for record in facts.failures({**frames, "training": training})
+                  if record["experiment"] == "training" and record["status"] == "oom")
+    assert (record["cells"], record["rows"]) == (1, REPETITIONS)
+    assert record["note"].count("OutOfMemoryError") == 1
+    assert record["note"].endswith(" of which...") and "...." not in record["note"]
+    assert len(record["note"]) <= facts.NOTE_WIDTH + 3
