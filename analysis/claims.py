@@ -107,6 +107,18 @@ def paired_ratio(frame: pd.DataFrame, baseline: dict, candidate: dict, value: st
     return paired(frame, baseline, candidate, value, keys)[0]
 
 
+def and_join(items) -> str:
+    """Items in words: "96", "96 and 192", "96, 192 and 256"."""
+    items = [str(item) for item in items]
+    return " and ".join(items) if len(items) < 3 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def head_dims_words(head_dims) -> str:
+    """"head dim 96" for one, "head dims 96, 192 and 256" for several."""
+    head_dims = [int(d) for d in head_dims]
+    return f"head dim{'s' if len(head_dims) > 1 else ''} {and_join(head_dims)}"
+
+
 SHAPE_LABELS = {"seqlen_k": "seqlen", "head_dim": "head_dim", "causal": "causal"}
 
 

@@ -20,7 +20,7 @@ from experiments import flops
 from analysis.catalog import FIGURES, caption, figure_paths
 from analysis.cells import (aggregate, describe_exclusions, eligible, exclusion_counts, interleaved_ceiling,
                             read_settings)
-from analysis.claims import paired_ratio, to_json
+from analysis.claims import and_join, head_dims_words, paired_ratio, to_json
 from analysis.figures import MODE_TITLES, PROVIDERS, VARIANTS
 from analysis.load import (CELL_KEYS, EXPERIMENTS, PROVENANCE_COLUMNS, TILE_COLUMNS, TIMED_ABLATIONS, attention_rows,
                            measured, not_measured, read_jit, read_loss, read_results)
@@ -437,8 +437,65 @@ def jit(frame: pd.DataFrame | None) -> dict:
     return found
 
 
-def figures(figures_dir: str | Path) -> dict:
-    return {name: {"caption": caption(name), "files": {fmt: path.name for fmt, path in figure_paths(name, figures_dir).items()}}
+# the hopper ablation's arm that runs each pass on a Hopper kernel, and the kernel in words
+HOPPER_KERNELS = {"fwd": ("hopper", "the Hopper forward (kernels/_hopper.py)"),
+                  "bwd": ("hopper_bwd", "the one-pass Hopper backward (kernels/_hopper_bwd.py)")}
+SPEED_FIGURES = ("speed_fwd", "speed_bwd", "speed_fwd_bwd")
+
+
+def _tile_keys(rows: pd.DataFrame) -> pd.Series:
+    return rows[["head_dim"] + TILE_COLUMNS].astype(int).apply(tuple, axis=1)
+
+
+def engine_kernels(frames: dict[str, pd.DataFrame]) -> str:
+    """Which kernels ours ran in speed.csv, in words, read from the rows: a row of ours whose tile columns hold
+    the tiles that the hopper ablation's Hopper arm (HOPPER_KERNELS) recorded in the same pass at the same head
+    dim, and not those of its portable arm, ran that Hopper kernel; the rest ran the portable kernels. "" when
+    the rows cannot tell (no hopper.csv, or no tile columns)."""
+    if "speed" not in frames or "hopper" not in frames:
+        return ""
+    speed, hopper = (measured(attention_rows(frames[name])) for name in ("speed", "hopper"))
+    speed = speed[speed["provider"] == "ours"].dropna(subset=TILE_COLUMNS)
+    hopper = hopper[hopper["provider"] == "ours"].dropna(subset=TILE_COLUMNS)
+    if speed.empty or hopper.empty:
+        return ""
+    ran = []
+    for mode, (variant, kernel) in HOPPER_KERNELS.items():
+        arms = {arm: set(_tile_keys(hopper[(hopper["variant"] == arm) & (hopper["mode"] == mode)]))
+                for arm in (variant, "portable")}
+        rows = speed[speed["mode"] == mode]
+        if rows.empty:
+            continue
+        rows = rows.assign(on=_tile_keys(rows).isin(arms[variant] - arms["portable"]).to_numpy())
+        where = []
+        for head_dim, group in rows.groupby("head_dim", sort=True):
+            by_length = group.groupby("seqlen_k")["on"].agg(["all", "any"])
+            if not by_length["any"].any():
+                continue
+            on = sorted(int(n) for n in by_length.index[by_length["all"]])
+            if len(on) == len(by_length):
+                where.append((int(head_dim), ""))
+            elif on and not by_length["any"][by_length.index < on[0]].any() and by_length["all"][by_length.index >= on[0]].all():
+                where.append((int(head_dim), f" from sequence length {on[0]}"))
+            else:
+                where.append((int(head_dim), " at some shapes"))
+        if where and all(text == "" for _, text in where):
+            ran.append(f"{kernel} at {head_dims_words(d for d, _ in where)}")
+        elif where:
+            ran.append(f"{kernel} " + and_join(f"at head dim {d}{text}" for d, text in where))
+    how = ("which kernel a row ran is read from its tile columns, set beside the tiles of the hopper ablation's "
+           "Hopper and portable arms")
+    if not ran:
+        return f"In these rows ours ran the portable FlashAttention-2 kernels throughout ({how})."
+    return f"In these rows ours ran {'; '.join(ran)}; and the portable FlashAttention-2 kernels elsewhere ({how})."
+
+
+def figures(figures_dir: str | Path, frames: dict[str, pd.DataFrame] | None = None) -> dict:
+    """Each figure's caption and files; the speed figures' captions end with the kernels ours ran in their rows
+    (engine_kernels)."""
+    kernels = engine_kernels(frames or {})
+    return {name: {"caption": caption(name) + (f" {kernels}" if kernels and name in SPEED_FIGURES else ""),
+                   "files": {fmt: path.name for fmt, path in figure_paths(name, figures_dir).items()}}
             for name in FIGURES}
 
 
@@ -454,7 +511,7 @@ def collect(frames: dict[str, pd.DataFrame], hardware: dict, figures_dir: str | 
             "training": training(frames, hardware), "features": features(frames),
             "not_measured": not_measured(frames) + ([] if jit_facts["measured"] else ["jit"]),
             "decode": decode_facts(frames), "fp8": fp8_facts(frames), "jit": jit_facts,
-            "figures": figures(figures_dir)}
+            "figures": figures(figures_dir, frames)}
 
 
 def loss_agreement(loss: pd.DataFrame) -> dict | None:

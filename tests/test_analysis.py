@@ -643,3 +643,36 @@ def test_failure_table_counts_cells_not_rows_and_shows_each_note_cleanly(frames)
     assert record["note"].count("OutOfMemoryError") == 1
     assert record["note"].endswith(" of which...") and "...." not in record["note"]
     assert len(record["note"]) <= facts.NOTE_WIDTH + 3
+
+
+def test_speed_captions_say_which_kernels_ours_ran_as_its_rows_show(frames, tmp_path):
+    """The speed figures' captions name the kernels that the rows of ours ran, read from their tile columns
+    against the hopper ablation's arms: the Hopper forward at head dim 64 from some length on and at 128, the
+    one-pass Hopper backward at 64 and 128 (here as in the archive), the portable kernels elsewhere."""
+    from analysis import facts
+
+    speed = frames["speed"].copy()
+    ours = speed["provider"] == "ours"
+    tiles = {"hopper": (128, 128, 12, 2), "portable": (128, 64, 8, 3), "hopper_bwd": (64, 128, 8, 3),
+             "other": (64, 32, 4, 2)}
+
+    def put(rows, arm):
+        speed.loc[ours & rows, ["block_m", "block_n", "num_warps", "num_stages"]] = tiles[arm]
+
+    forward = speed["mode"].isin(["fwd", "fwd_bwd"])
+    put(forward & (speed["head_dim"] == 128), "hopper")
+    put(forward & (speed["head_dim"] == 64) & (speed["seqlen_k"] >= 4096), "hopper")
+    put(forward & (speed["head_dim"] == 64) & (speed["seqlen_k"] < 4096), "portable")
+    put(forward & (speed["head_dim"] == 256), "other")
+    put((speed["mode"] == "bwd") & speed["head_dim"].isin([64, 128]), "hopper_bwd")
+    put((speed["mode"] == "bwd") & (speed["head_dim"] == 256), "other")
+    changed = {**frames, "speed": speed}
+    said = facts.engine_kernels(changed)
+    assert ("the Hopper forward (kernels/_hopper.py) at head dim 64 from sequence length 4096 and at head dim 128; "
+            "the one-pass Hopper backward (kernels/_hopper_bwd.py) at head dims 64 and 128; and the portable") in said
+    captions = facts.figures(tmp_path, changed)
+    for name in ("speed_fwd", "speed_bwd", "speed_fwd_bwd"):
+        assert captions[name]["caption"].endswith(said)
+        assert "the backward is the portable one" not in captions[name]["caption"]
+    assert said not in captions["memory"]["caption"]
+    assert facts.engine_kernels({name: frame for name, frame in frames.items() if name != "hopper"}) == ""
