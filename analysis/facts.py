@@ -37,20 +37,36 @@ def _values(column: pd.Series) -> str:
     return ", ".join(items) if items else "-"
 
 
-def provenance(frames: dict[str, pd.DataFrame]) -> list[dict]:
-    """One record per results file: where its rows came from, on what, when, and what they cover."""
+# the grid columns of the provenance table, and the column of a side file that holds each (jit.csv: seqlen)
+GRID_COLUMNS = ("dtype", "seqlen_k", "head_dim", "batch", "causal", "mode")
+SIDE_GRID = {"seqlen_k": "seqlen"}
+
+
+def provenance(frames: dict[str, pd.DataFrame], side: dict[str, pd.DataFrame] | None = None) -> list[dict]:
+    """One record per results file: where its rows came from, on what, when, and what they cover; the ablations'
+    files, then the files written beside them (`side`: training_loss.csv, jit.csv), so that every file the
+    report reads is listed, as the archive's provenance.json lists them."""
     records = []
-    for experiment in [name for name in EXPERIMENTS if name in frames]:
-        frame = frames[experiment]
+    files = [(name, frames[name]) for name in EXPERIMENTS if name in frames] + list((side or {}).items())
+    for experiment, frame in files:
+        statuses = (frame["status"].value_counts().items() if "status" in frame else [])
         record = {"experiment": experiment, "rows": len(frame),
                   **{column: _values(frame[column]) for column in PROVENANCE_COLUMNS if column != "timestamp"},
                   "first": frame["timestamp"].min() if len(frame) else "-",
                   "last": frame["timestamp"].max() if len(frame) else "-",
-                  "statuses": ", ".join(f"{count} {status}" for status, count in frame["status"].value_counts().items())}
-        for column in ("dtype", "seqlen_k", "head_dim", "batch", "causal", "mode"):
-            record[f"grid_{column}"] = _values(frame[column].sort_values()) if len(frame) else "-"
+                  "statuses": ", ".join(f"{count} {status}" for status, count in statuses) or f"{len(frame)} rows"}
+        for column in GRID_COLUMNS:
+            found = column if column in frame else SIDE_GRID.get(column)
+            record[f"grid_{column}"] = (_values(frame[found].sort_values()) if len(frame) and found in frame
+                                        else "-")
         records.append(record)
     return records
+
+
+def side_files(jit_rows: pd.DataFrame | None, loss_rows: pd.DataFrame | None) -> dict[str, pd.DataFrame]:
+    """The files written beside the ablations' results that the run holds, by name (training_loss, jit)."""
+    return {name: rows for name, rows in (("training_loss", loss_rows), ("jit", jit_rows))
+            if rows is not None and not rows.empty}
 
 
 VERSION_COLUMNS = ("driver", "cuda", "torch", "triton")
@@ -76,7 +92,9 @@ def hosts(frames: dict[str, pd.DataFrame]) -> list[dict]:
     return records
 
 
-def setup(frames: dict[str, pd.DataFrame], hardware: dict) -> dict:
+def setup(frames: dict[str, pd.DataFrame], hardware: dict, side: dict[str, pd.DataFrame] | None = None) -> dict:
+    """The GPU, its datasheet entry and measured ceilings, and the hosts and software behind every file (the
+    ablations' `frames` and the `side` files beside them)."""
     gpu = main_gpu(frames)
     entry = datasheet_entry(gpu, hardware)
     copies = measured(frames["ceiling"])
@@ -94,7 +112,7 @@ def setup(frames: dict[str, pd.DataFrame], hardware: dict) -> dict:
         "sources": sources,
         "archived": any(source.startswith("archive:") for source in sources),
         "host_kinds": sorted({kind for frame in frames.values() for kind in frame["host_kind"] if kind}),
-        "hosts": hosts(frames),
+        "hosts": hosts({**frames, **(side or {})}),
         "analysis_versions": {package: version(package) for package in ANALYSIS_PACKAGES},
     }
 
@@ -500,12 +518,14 @@ def figures(figures_dir: str | Path, frames: dict[str, pd.DataFrame] | None = No
 
 
 def collect(frames: dict[str, pd.DataFrame], hardware: dict, figures_dir: str | Path,
-            jit_rows: pd.DataFrame | None = None) -> dict:
-    """Everything the report reads besides the verdicts; jit_rows: results/jit.csv (load.read_jit), None without it."""
-    setup_facts, method_facts = setup(frames, hardware), method(frames)
+            jit_rows: pd.DataFrame | None = None, loss_rows: pd.DataFrame | None = None) -> dict:
+    """Everything the report reads besides the verdicts; jit_rows: results/jit.csv (load.read_jit), loss_rows:
+    results/training_loss.csv (load.read_loss), None without them."""
+    side = side_files(jit_rows, loss_rows)
+    setup_facts, method_facts = setup(frames, hardware, side), method(frames)
     jit_facts = jit(jit_rows)
     return {"setup": setup_facts, "method": method_facts, "method_text": method_text(setup_facts, method_facts),
-            "threats": threats_text(frames, setup_facts, method_facts), "provenance": provenance(frames),
+            "threats": threats_text(frames, setup_facts, method_facts), "provenance": provenance(frames, side),
             "speed_table": speed_table(frames),
             "best_tiles": best_tiles(frames), "fa1_steps": fa1_steps(frames), "failures": failures(frames),
             "training": training(frames, hardware), "features": features(frames),
@@ -535,8 +555,9 @@ def loss_agreement(loss: pd.DataFrame) -> dict | None:
 
 
 def main(results_dir: str, figures_dir: str, out_json: str) -> None:
-    facts = collect(read_results(results_dir), read_hardware(), figures_dir, read_jit(results_dir))
-    facts["training"]["loss"] = loss_agreement(read_loss(results_dir)) if facts["training"]["measured"] else None
+    loss = read_loss(results_dir)
+    facts = collect(read_results(results_dir), read_hardware(), figures_dir, read_jit(results_dir), loss)
+    facts["training"]["loss"] = loss_agreement(loss) if facts["training"]["measured"] else None
     Path(out_json).parent.mkdir(parents=True, exist_ok=True)
     Path(out_json).write_text(json.dumps(facts, indent=2, default=to_json) + "\n")
 

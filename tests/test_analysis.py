@@ -676,3 +676,27 @@ def test_speed_captions_say_which_kernels_ours_ran_as_its_rows_show(frames, tmp_
         assert "the backward is the portable one" not in captions[name]["caption"]
     assert said not in captions["memory"]["caption"]
     assert facts.engine_kernels({name: frame for name, frame in frames.items() if name != "hopper"}) == ""
+
+
+def test_provenance_lists_every_file_the_report_reads(results_dir, tmp_path):
+    """The provenance appendix lists the files written beside the ablations' results (training_loss.csv, jit.csv)
+    too, as the archive's provenance.json does."""
+    import json
+    from pathlib import Path
+
+    from analysis import facts
+    from analysis.load import read_jit, read_loss
+
+    facts.main(str(results_dir), str(tmp_path / "figures"), str(tmp_path / "facts.json"))
+    found = json.loads((tmp_path / "facts.json").read_text())
+    listed = [record["experiment"] for record in found["provenance"]]
+    assert sorted(listed) == sorted(path.stem for path in Path(results_dir).glob("*.csv"))
+    assert {"jit", "training_loss"} <= set(listed)
+    assert {"jit", "training_loss"} <= set(found["setup"]["hosts"][0]["files"].split(", "))
+    archive = Path(__file__).parents[1] / "results" / "archive" / "nvidia-h200"
+    if (archive / "provenance.json").exists():
+        side = facts.side_files(read_jit(archive), read_loss(archive))
+        records = facts.provenance(read_results(archive), side)
+        in_json = json.loads((archive / "provenance.json").read_text())["files"]
+        assert {f"{record['experiment']}.csv": record["rows"] for record in records} == {
+            name: entry["rows"] for name, entry in in_json.items()}
