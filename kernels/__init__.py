@@ -10,7 +10,7 @@
 Layout: `_forward.py` and `_backward.py` hold the Triton kernels and their launchers,
 `_fa1.py` the FlashAttention-1 kernels behind `algorithm="fa1"`, `_features.py` the score
 transform and masks (window, softcap, ALiBi, dropout) both passes share, `options.py` the one
-options value the ops carry, `attention.py` the checks,
+options value the ops carry, `attention.py` the checks (bad input raises `errors.InputError`, a ValueError and a RuntimeError),
 the torch.library ops and autograd, `flash_attn_interface.py` flash-attn's six public functions
 (dense, packed, varlen) over them,
 `_decode.py` the split-KV decoding kernels and `kvcache.py` flash-attn's `flash_attn_with_kvcache` over them, `tiles.py` the tile configs, `reference.py` the float64
@@ -23,6 +23,7 @@ backward in Gluon, the default on sm_90 at head dims 64 and 128
 """
 
 from kernels.attention import SUPPORTED_DTYPES, flash_attention
+from kernels.errors import InputError
 from kernels.flash_attn_interface import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
                                           flash_attn_varlen_func, flash_attn_varlen_kvpacked_func,
                                           flash_attn_varlen_qkvpacked_func)
@@ -34,4 +35,4 @@ __all__ = ["flash_attention", "flash_attn_func", "flash_attn_qkvpacked_func", "f
            "flash_attn_varlen_func", "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func",
            "flash_attn_with_kvcache",
            "attention_reference", "standard_attention", "TileConfig", "TileFallbackWarning", "default_tiles",
-           "SUPPORTED_DTYPES", "MAX_HEAD_DIM"]
+           "SUPPORTED_DTYPES", "MAX_HEAD_DIM", "InputError"]

@@ -60,6 +60,7 @@ import triton.language as tl
 from kernels._features import (LOG2E, _dropout_keep, _scores, _sees_a_key, _visible,  # noqa: F401
                                _window_key_bounds)
 from kernels._launch import launch_kernel
+from kernels.errors import InputError
 from kernels.options import AttentionOptions, feature_switches
 from kernels.tiles import TileConfig, head_dim_chunks, launch_fitting, padded_head_dim
 
@@ -423,7 +424,7 @@ def _attn_fwd(Q, K, V, Out, Lse, Scores,
 def check_varlen(opts: AttentionOptions, cu_seqlens_q: torch.Tensor | None, cu_seqlens_k: torch.Tensor | None):
     """Whether the call is a packed batch; refuses the switches the packed kernels do not have."""
     if (cu_seqlens_q is None) != (cu_seqlens_k is None):
-        raise ValueError("cu_seqlens_q and cu_seqlens_k go together: pass both or neither")
+        raise InputError("cu_seqlens_q and cu_seqlens_k go together: pass both or neither")
     if cu_seqlens_q is None:
         return False
     refused = [name for name, on in (("algorithm='fa1'", opts.algorithm == "fa1"),

@@ -53,6 +53,7 @@ import torch
 from kernels._backward import attention_backward
 from kernels._fa1 import fa1_backward, fa1_default_tiles, fa1_forward
 from kernels._forward import attention_forward, attention_probs, check_varlen, fp8_forward
+from kernels.errors import InputError
 from kernels.options import AttentionOptions
 from kernels.tiles import MAX_HEAD_DIM, TileConfig, default_tiles
 
@@ -88,38 +89,38 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, fp8: bool = 
     accept torch.float8_e4m3fn (flash_attention's fp8 forward)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            raise InputError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dim() != 4:
-            raise ValueError(f"{name} must have rank 4 (batch, heads, seqlen, head_dim), got shape {tuple(t.shape)}")
+            raise InputError(f"{name} must have rank 4 (batch, heads, seqlen, head_dim), got shape {tuple(t.shape)}")
         if t.dtype not in SUPPORTED_DTYPES and not (fp8 and t.dtype == FP8_DTYPE):
             also = (", and torch.float8_e4m3fn (forward only)" if fp8
                     else " (torch.float8_e4m3fn: kernels.flash_attention, forward only)")
-            raise ValueError(f"{name} has dtype {t.dtype}; supported dtypes are torch.float16 and torch.bfloat16{also}")
+            raise InputError(f"{name} has dtype {t.dtype}; supported dtypes are torch.float16 and torch.bfloat16{also}")
     if not (q.dtype == k.dtype == v.dtype):
-        raise ValueError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        raise InputError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+        raise InputError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     if q.device.type == "cpu":
         if not _interpreter_on():
-            raise ValueError("CPU tensors need the Triton interpreter (set TRITON_INTERPRET=1); "
+            raise InputError("CPU tensors need the Triton interpreter (set TRITON_INTERPRET=1); "
                              "otherwise move q, k, v to a CUDA device")
     elif q.device.type != "cuda":
-        raise ValueError(f"q, k, v must be CUDA tensors (or CPU tensors under TRITON_INTERPRET=1), got {q.device}")
+        raise InputError(f"q, k, v must be CUDA tensors (or CPU tensors under TRITON_INTERPRET=1), got {q.device}")
     (b, h, n_q, d), (bk, hk, n_k, dk), (bv, hv, n_v, dv) = q.shape, k.shape, v.shape
     if not (b == bk == bv):
-        raise ValueError(f"batch size mismatch: q {b}, k {bk}, v {bv}")
+        raise InputError(f"batch size mismatch: q {b}, k {bk}, v {bv}")
     if not (d == dk == dv):
-        raise ValueError(f"head dim mismatch: q {d}, k {dk}, v {dv}")
+        raise InputError(f"head dim mismatch: q {d}, k {dk}, v {dv}")
     if not 1 <= d <= MAX_HEAD_DIM:
-        raise ValueError(f"head dim {d} is not supported: it must be between 1 and {MAX_HEAD_DIM}")
+        raise InputError(f"head dim {d} is not supported: it must be between 1 and {MAX_HEAD_DIM}")
     if hk != hv:
-        raise ValueError(f"k and v must have the same number of heads, got {hk} and {hv}")
+        raise InputError(f"k and v must have the same number of heads, got {hk} and {hv}")
     if n_k != n_v:
-        raise ValueError(f"k and v must have the same sequence length, got {n_k} and {n_v}")
+        raise InputError(f"k and v must have the same sequence length, got {n_k} and {n_v}")
     if hk == 0 or h % hk != 0:
-        raise ValueError(f"the number of query heads ({h}) must be a multiple of the number of key/value heads ({hk})")
+        raise InputError(f"the number of query heads ({h}) must be a multiple of the number of key/value heads ({hk})")
     if n_k == 0 and n_q > 0:
-        raise ValueError("k and v must hold at least one key (seqlen_k = 0)")
+        raise InputError("k and v must hold at least one key (seqlen_k = 0)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -138,7 +139,7 @@ def _launch_device(t: torch.Tensor):
 
 def _check_algorithm(algorithm: str) -> None:
     if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}, got {algorithm!r}")
+        raise InputError(f"algorithm must be one of {', '.join(map(repr, ALGORITHMS))}, got {algorithm!r}")
 
 
 def _forward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slopes: torch.Tensor | None,
@@ -266,9 +267,9 @@ def _check_window(window_size) -> tuple[int, int]:
         window = None
     if (window is None or len(window) != 2
             or not all(isinstance(w, numbers.Integral) and not isinstance(w, bool) for w in window)):
-        raise ValueError(f"window_size must be a pair of ints (left, right), got {window_size!r}")
+        raise InputError(f"window_size must be a pair of ints (left, right), got {window_size!r}")
     if min(window) < -1:
-        raise ValueError(f"window_size values must be >= -1 (-1: unbounded), got {window_size!r}")
+        raise InputError(f"window_size values must be >= -1 (-1: unbounded), got {window_size!r}")
     return int(window[0]), int(window[1])
 
 
@@ -278,16 +279,16 @@ def _check_alibi(alibi_slopes, q: torch.Tensor, batch: int) -> torch.Tensor | No
         return None
     heads = q.shape[1]
     if not isinstance(alibi_slopes, torch.Tensor):
-        raise ValueError(f"alibi_slopes must be a torch.Tensor or None, got {type(alibi_slopes).__name__}")
+        raise InputError(f"alibi_slopes must be a torch.Tensor or None, got {type(alibi_slopes).__name__}")
     if alibi_slopes.dtype != torch.float32:
-        raise ValueError(f"alibi_slopes must have dtype torch.float32, got {alibi_slopes.dtype}")
+        raise InputError(f"alibi_slopes must have dtype torch.float32, got {alibi_slopes.dtype}")
     if alibi_slopes.device != q.device:
-        raise ValueError(f"alibi_slopes must be on the device of q ({q.device}), got {alibi_slopes.device}")
+        raise InputError(f"alibi_slopes must be on the device of q ({q.device}), got {alibi_slopes.device}")
     if tuple(alibi_slopes.shape) == (heads,):
         return alibi_slopes.unsqueeze(0).expand(batch, heads)
     if tuple(alibi_slopes.shape) == (batch, heads):
         return alibi_slopes
-    raise ValueError(f"alibi_slopes must have shape (nheads,) = ({heads},) or (batch_size, nheads) = "
+    raise InputError(f"alibi_slopes must have shape (nheads,) = ({heads},) or (batch_size, nheads) = "
                      f"({batch}, {heads}), got {tuple(alibi_slopes.shape)}")
 
 
@@ -295,26 +296,26 @@ def _check_varlen_args(q: torch.Tensor, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
     """The number of sequences of a packed batch, after checking what can be checked without
     reading the offsets (that would wait for the device)."""
     if q.shape[0] != 1:
-        raise ValueError(f"a packed batch holds its tokens in one row: q must have batch size 1, got {q.shape[0]}")
+        raise InputError(f"a packed batch holds its tokens in one row: q must have batch size 1, got {q.shape[0]}")
     counts = []
     for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
         if not isinstance(cu, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor (cu_seqlens_q and cu_seqlens_k go together), "
+            raise InputError(f"{name} must be a torch.Tensor (cu_seqlens_q and cu_seqlens_k go together), "
                              f"got {type(cu).__name__}")
         if cu.dtype != torch.int32:
-            raise ValueError(f"{name} must have dtype torch.int32, got {cu.dtype}")
+            raise InputError(f"{name} must have dtype torch.int32, got {cu.dtype}")
         if cu.dim() != 1 or cu.numel() < 2:
-            raise ValueError(f"{name} must have shape (batch_size + 1,) with batch_size >= 1, got {tuple(cu.shape)}")
+            raise InputError(f"{name} must have shape (batch_size + 1,) with batch_size >= 1, got {tuple(cu.shape)}")
         if cu.device != q.device:
-            raise ValueError(f"{name} must be on the device of q ({q.device}), got {cu.device}")
+            raise InputError(f"{name} must be on the device of q ({q.device}), got {cu.device}")
         if not cu.is_contiguous():
-            raise ValueError(f"{name} must be contiguous")
+            raise InputError(f"{name} must be contiguous")
         counts.append(cu.numel() - 1)
     if counts[0] != counts[1]:
-        raise ValueError(f"cu_seqlens_q holds {counts[0]} sequences and cu_seqlens_k {counts[1]}")
+        raise InputError(f"cu_seqlens_q holds {counts[0]} sequences and cu_seqlens_k {counts[1]}")
     for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+            raise InputError(f"{name} must be an int >= 0, got {value!r}")
     return counts[0]
 
 
@@ -323,13 +324,13 @@ def _check_descale(name: str, descale, batch: int, heads: int, q: torch.Tensor) 
     if descale is None:
         return torch.ones((batch, heads), device=q.device, dtype=torch.float32)
     if not isinstance(descale, torch.Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor or None, got {type(descale).__name__}")
+        raise InputError(f"{name} must be a torch.Tensor or None, got {type(descale).__name__}")
     if descale.dtype != torch.float32:
-        raise ValueError(f"{name} must have dtype torch.float32, got {descale.dtype}")
+        raise InputError(f"{name} must have dtype torch.float32, got {descale.dtype}")
     if descale.device != q.device:
-        raise ValueError(f"{name} must be on the device of q ({q.device}), got {descale.device}")
+        raise InputError(f"{name} must be on the device of q ({q.device}), got {descale.device}")
     if tuple(descale.shape) != (batch, heads):
-        raise ValueError(f"{name} must have shape (batch_size, {'nheads' if name == 'q_descale' else 'nheads_k'}) = "
+        raise InputError(f"{name} must have shape (batch_size, {'nheads' if name == 'q_descale' else 'nheads_k'}) = "
                          f"({batch}, {heads}), got {tuple(descale.shape)}")
     if descale.requires_grad:
         raise NotImplementedError(f"{name} requires grad: the fp8 (float8_e4m3fn) attention is forward only; "
@@ -602,30 +603,30 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         check_inputs(q, k, v, fp8=True)
         fp8 = q.dtype == FP8_DTYPE
         if not fp8 and any(d is not None for d in (q_descale, k_descale, v_descale)):
-            raise ValueError(f"q_descale, k_descale and v_descale are for torch.float8_e4m3fn inputs; q, k, v have "
+            raise InputError(f"q_descale, k_descale and v_descale are for torch.float8_e4m3fn inputs; q, k, v have "
                              f"dtype {q.dtype}")
         _check_algorithm(algorithm)
         if hopper is not None and not isinstance(hopper, bool):
-            raise ValueError(f"hopper must be None (the default: chosen per call), True or False, got {hopper!r}")
+            raise InputError(f"hopper must be None (the default: chosen per call), True or False, got {hopper!r}")
         if hopper_backward is not None and not isinstance(hopper_backward, bool):
-            raise ValueError(f"hopper_backward must be None (the default: chosen per call), True or False, "
+            raise InputError(f"hopper_backward must be None (the default: chosen per call), True or False, "
                              f"got {hopper_backward!r}")
         if hopper is not True and not hopper_overlap:
-            raise ValueError("hopper_overlap=False is a switch of the Hopper forward: it needs hopper=True")
+            raise InputError("hopper_overlap=False is a switch of the Hopper forward: it needs hopper=True")
         varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
         batch = _check_varlen_args(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) if varlen else q.shape[0]
         window_left, window_right = _check_window(window_size)
         if not isinstance(softcap, numbers.Real) or isinstance(softcap, bool) or not math.isfinite(softcap) or softcap < 0:
-            raise ValueError(f"softcap must be a finite float >= 0 (0: off), got {softcap!r}")
+            raise InputError(f"softcap must be a finite float >= 0 (0: off), got {softcap!r}")
         if (not isinstance(dropout_p, numbers.Real) or isinstance(dropout_p, bool)
                 or not 0.0 <= dropout_p < 1.0):
-            raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
+            raise InputError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
         alibi = _check_alibi(alibi_slopes, q, batch)
         if deterministic and atomic_dq:
-            raise ValueError("deterministic=True cannot be combined with atomic_dq=True (atomic adds give up bitwise "
+            raise InputError("deterministic=True cannot be combined with atomic_dq=True (atomic adds give up bitwise "
                              "determinism)")
         if deterministic and hopper_backward is True:
-            raise ValueError("deterministic=True cannot be combined with hopper_backward=True (its dQ is a sum of "
+            raise InputError("deterministic=True cannot be combined with hopper_backward=True (its dQ is a sum of "
                              "TMA reduce-adds in any order)")
         if algorithm == "fa1":
             fa2_only = dict(recompute=True, deferred_rescale=True, seq_parallel=True, skip_masked_tiles=True,
@@ -634,13 +635,13 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                          skip_masked_tiles=skip_masked_tiles, atomic_dq=atomic_dq)
             conflicts = [f"{name}={given[name]!r}" for name, default in fa2_only.items() if bool(given[name]) != default]
             if conflicts:
-                raise ValueError(f"algorithm='fa1' cannot be combined with {', '.join(conflicts)}: "
+                raise InputError(f"algorithm='fa1' cannot be combined with {', '.join(conflicts)}: "
                                  "those switches are ablations of the FlashAttention-2 kernels")
         head_dim = q.shape[-1]
         if softmax_scale is None:
             softmax_scale = 1.0 / math.sqrt(head_dim)
         elif not math.isfinite(softmax_scale):
-            raise ValueError(f"softmax_scale must be finite, got {softmax_scale}")
+            raise InputError(f"softmax_scale must be finite, got {softmax_scale}")
         q_given = q
         if softmax_scale < 0:
             # The kernels subtract the running max of the scaled scores, which they take as the max of
@@ -651,7 +652,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         negate_q = q is not q_given
         for name, tiles in (("fwd_tiles", fwd_tiles), ("bwd_tiles", bwd_tiles)):
             if tiles is not None and not isinstance(tiles, TileConfig):
-                raise ValueError(f"{name} must be a kernels.TileConfig or None, got {type(tiles).__name__}")
+                raise InputError(f"{name} must be a kernels.TileConfig or None, got {type(tiles).__name__}")
         if fp8:
             _refuse_for_fp8(q, k, v, window_size=(window_left, window_right) != (-1, -1), softcap=softcap > 0,
                             alibi_slopes=alibi is not None, dropout_p=dropout_p > 0, return_probs=bool(return_probs),

@@ -21,9 +21,11 @@ Training features, in the kernels forward and backward, with flash-attn's semant
   inputs' device (torch.manual_seed reproduces it); varlen sequences get independent masks
   (the sequence index is the batch index of the Philox counters).
 - window_size=(left, right): query i sees key j iff i + Nk - Nq - left <= j <= i + Nk - Nq +
-  right, -1 unbounded; causal=True sets right = 0. As flash-attn's C++ does, a bound of at
-  least seqlen_k (max_seqlen_k for varlen) counts as -1. Bounds below -1 are refused.
-- softcap > 0: scores = softcap * tanh(scale * q.k / softcap), then the softmax.
+  right, -1 (or any negative bound) unbounded; causal=True sets right = 0. As flash-attn's C++
+  does, a bound of at least seqlen_k (max_seqlen_k for varlen) counts as -1. The bounds may be
+  ints or 0-dim integer tensors.
+- softcap > 0: scores = softcap * tanh(scale * q.k / softcap), then the softmax; 0 or less is
+  off. As in flash-attn, softcap together with dropout is refused.
 - alibi_slopes: float32 (H,) or (B, H); adds -slope * |i + Nk - Nq - j| to the scores (varlen:
   sequence b uses row b of (B, H) slopes).
 - deterministic: True gives a bitwise-reproducible backward (the portable one: dQ has its own
@@ -34,13 +36,13 @@ Training features, in the kernels forward and backward, with flash-attn's semant
   the kernels run (see the function's docstring).
 
 Differences from flash-attn that a caller may notice:
-- Bad input raises ValueError naming the problem, as `kernels.flash_attention` does, where
-  flash-attn's C++ checks raise RuntimeError. Inputs flash-attn quietly copies (a last dim
-  that is not contiguous) are read in place here.
+- Bad input raises `kernels.InputError` naming the problem: a RuntimeError, as flash-attn's
+  C++ checks raise, and a ValueError, as `kernels.flash_attention` raises. Inputs flash-attn
+  quietly copies (a last dim that is not contiguous) are read in place here.
 - `return_attn_probs=True` returns (out, softmax_lse, S_dmask) like flash-attn. S_dmask is
   filled only with dropout (otherwise an empty tensor, shape (0,), as flash-attn returns): the
-  softmax probabilities, 0 where masked, negated where dropout dropped them, so
-  `S_dmask >= 0` is the keep mask. Its shape is (B, H, Nq, Nk) (varlen: (B, H, max_seqlen_q,
+  softmax probabilities in float32 (flash-attn: q's dtype), 0 where masked, negated where
+  dropout dropped them, so `S_dmask >= 0` is the keep mask. Its shape is (B, H, Nq, Nk) (varlen: (B, H, max_seqlen_q,
   max_seqlen_k), each sequence at the top left), not padded to multiples of 128 as flash-attn's
   is, and it holds the normalised probabilities where flash-attn's holds them relative to a
   running max. softmax_lse is float32, (B, H, Nq) for the dense functions and (H, total_q)
@@ -51,7 +53,11 @@ Differences from flash-attn that a caller may notice:
   ours by that constant; out and the gradients are the same.
 - Varlen checks its offsets on the host: cu_seqlens must start at 0, not decrease and end at
   the number of tokens, and max_seqlen must be at least the longest sequence. A sequence with
-  queries but no keys is refused, as `flash_attention` refuses seqlen_k = 0.
+  queries but no keys is refused, as `flash_attention` refuses seqlen_k = 0 (flash-attn gives
+  such rows zeros); so is a dense call with seqlen_k = 0.
+- A missing right window bound (-1, or one of at least seqlen_k) is unbounded, as flash-attn's
+  docstring says; when seqlen_q > seqlen_k + 1 flash-attn's kernel instead bounds it at
+  seqlen_k past the diagonal, which empties its first rows.
 - Inference at short seqlen_q: when no gradient is needed, there is no dropout, and the query
   rows per K/V head (seqlen_q x heads / kv heads) are at most 64, flash_attn_func and the
   packed dense functions run on the split-KV decoding kernels of flash_attn_with_kvcache if
@@ -64,14 +70,18 @@ Differences from flash-attn that a caller may notice:
 
 import math
 import numbers
+import operator
 
 import torch
 import triton
 
 from kernels._decode import choose_num_splits, decode_block_sizes, decode_forward
-from kernels.attention import _check_alibi, _check_window, _launch_device, check_inputs, flash_attention
+from kernels.attention import _check_alibi, _launch_device, check_inputs, flash_attention
+from kernels.errors import InputError
 
 _FULL_WINDOW = (-1, -1)
+# flash-attn's message, word for word (csrc/flash_attn/flash_api.cpp)
+_SOFTCAP_DROPOUT = "Softcapping does not support dropout for now"
 
 
 # --------------------------------------------------------------------------------------------
@@ -82,48 +92,69 @@ def _is_real(x) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
+def _is_flag(value) -> bool:
+    """A Python or NumPy bool, or the int 0 or 1 (what flash-attn's bindings take as a bool)."""
+    return (isinstance(value, bool) or (isinstance(value, numbers.Integral) and value in (0, 1))
+            or (type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool")))
+
+
 def _check_flag(name, value):
-    if not (isinstance(value, bool) or (isinstance(value, numbers.Integral) and value in (0, 1))):
-        raise ValueError(f"{name} must be a bool, got {value!r}")
+    if not _is_flag(value):
+        raise InputError(f"{name} must be a bool, got {value!r}")
+
+
+def window_pair(window_size) -> tuple[int, int]:
+    """flash-attn's window_size as (left, right) ints, -1 for unbounded: a pair of ints or of
+    0-dim integer tensors (flash-attn's tests pass a tensor), any negative bound unbounded."""
+    if type(window_size) is tuple and len(window_size) == 2 and all(type(w) is int for w in window_size):
+        left, right = window_size  # the common spelling, without the conversions' cost
+    else:
+        try:
+            left, right = (operator.index(w) for w in window_size)
+        except (TypeError, ValueError):
+            raise InputError(f"window_size must be a pair of ints (left, right), got {window_size!r}") from None
+    return (left if left >= 0 else -1), (right if right >= 0 else -1)
 
 
 def _check_options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                    return_attn_probs):
     """Scalar checks up front; alibi_slopes' shape and dtype are checked by flash_attention."""
     if not _is_real(dropout_p) or not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
+        raise InputError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
     if softmax_scale is not None and not (_is_real(softmax_scale) and math.isfinite(softmax_scale)):
-        raise ValueError(f"softmax_scale must be a finite float or None, got {softmax_scale!r}")
+        raise InputError(f"softmax_scale must be a finite float or None, got {softmax_scale!r}")
     _check_flag("causal", causal)
-    _check_window(window_size)
-    if not _is_real(softcap) or not math.isfinite(softcap) or softcap < 0:
-        raise ValueError(f"softcap must be a finite float >= 0 (0: off), got {softcap!r}")
+    window_pair(window_size)
+    if not _is_real(softcap) or not math.isfinite(softcap):
+        raise InputError(f"softcap must be a finite float (0 or less: off), got {softcap!r}")
+    if softcap > 0 and dropout_p > 0:
+        raise InputError(_SOFTCAP_DROPOUT)
     if alibi_slopes is not None and not isinstance(alibi_slopes, torch.Tensor):
-        raise ValueError(f"alibi_slopes must be a torch.Tensor or None, got {type(alibi_slopes).__name__}")
+        raise InputError(f"alibi_slopes must be a torch.Tensor or None, got {type(alibi_slopes).__name__}")
     _check_flag("deterministic", deterministic)
     _check_flag("return_attn_probs", return_attn_probs)
 
 
 def _features(dropout_p, window_size, softcap, alibi_slopes, deterministic, max_seqlen_k):
-    """flash_attention's keyword arguments for the features, with flash-attn's window rule:
-    a bound of at least (max_)seqlen_k means unbounded (-1)."""
-    left, right = (-1 if w >= max_seqlen_k else int(w) for w in window_size)
-    return dict(dropout_p=float(dropout_p), window_size=(left, right), softcap=float(softcap),
+    """flash_attention's keyword arguments for the features, with flash-attn's rules: a window
+    bound of at least (max_)seqlen_k means unbounded (-1), a softcap of 0 or less is off."""
+    left, right = (-1 if w >= max_seqlen_k else w for w in window_pair(window_size))
+    return dict(dropout_p=float(dropout_p), window_size=(left, right), softcap=max(float(softcap), 0.0),
                 alibi_slopes=alibi_slopes, deterministic=bool(deterministic))
 
 
 def _check_rank(rank, layout, **tensors):
     for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            raise InputError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dim() != rank:
-            raise ValueError(f"{name} must have rank {rank} {layout}, got shape {tuple(t.shape)}")
+            raise InputError(f"{name} must have rank {rank} {layout}, got shape {tuple(t.shape)}")
 
 
 def _check_packed(name, t, rank, dim, count, layout):
     _check_rank(rank, layout, **{name: t})
     if t.shape[dim] != count:
-        raise ValueError(f"{name} must have size {count} in dim {dim} {layout}, got shape {tuple(t.shape)}")
+        raise InputError(f"{name} must have size {count} in dim {dim} {layout}, got shape {tuple(t.shape)}")
 
 
 def _result(out, lse, s_dmask, return_attn_probs):
@@ -174,10 +205,14 @@ def _dense(q, k, v, softmax_scale, causal, return_attn_probs, dropout_p, window_
     <= SPLIT_KV_MAX_ROWS) runs on the split-KV decoding kernels where they would split the keys;
     everything else on the FlashAttention-2 kernels."""
     features = _features(dropout_p, window_size, softcap, alibi_slopes, deterministic, k.shape[1])
+    if q.shape[0] == 0:
+        raise InputError("batch size must be positive")  # flash-attn's check and message
     splits = _split_kv_splits(q, k, v, dropout_p, softmax_scale)
     if splits:
         batch, n_k = q.shape[0], k.shape[1]
         alibi = _check_alibi(alibi_slopes, q.transpose(1, 2), batch)
+        if alibi is not None and alibi.stride(1) != 1:
+            alibi = alibi.contiguous()  # the split-KV kernels step over heads by 1
         scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
         seqlens_k = torch.full((batch,), n_k, device=q.device, dtype=torch.int32)
         with _launch_device(q):
@@ -199,24 +234,24 @@ def _sequence_bounds(name, cu_seqlens, total, tensor_name, max_name, max_seqlen)
     """The (start, end) of each sequence, after checking the offsets against the tokens held
     (`total`; None for a paged cache, whose pages hold no count to check against)."""
     if not isinstance(cu_seqlens, torch.Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor, got {type(cu_seqlens).__name__}")
+        raise InputError(f"{name} must be a torch.Tensor, got {type(cu_seqlens).__name__}")
     if cu_seqlens.dtype != torch.int32:
-        raise ValueError(f"{name} must have dtype torch.int32, got {cu_seqlens.dtype}")
+        raise InputError(f"{name} must have dtype torch.int32, got {cu_seqlens.dtype}")
     if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
-        raise ValueError(f"{name} must have shape (batch_size + 1,) with batch_size >= 1, "
+        raise InputError(f"{name} must have shape (batch_size + 1,) with batch_size >= 1, "
                          f"got {tuple(cu_seqlens.shape)}")
     if not isinstance(max_seqlen, numbers.Integral) or isinstance(max_seqlen, bool):
-        raise ValueError(f"{max_name} must be an int, got {max_seqlen!r}")
+        raise InputError(f"{max_name} must be an int, got {max_seqlen!r}")
     offsets = cu_seqlens.tolist()
     if offsets[0] != 0:
-        raise ValueError(f"{name} must start at 0, got {offsets[0]}")
+        raise InputError(f"{name} must start at 0, got {offsets[0]}")
     if any(end < start for start, end in zip(offsets, offsets[1:])):
-        raise ValueError(f"{name} must not decrease, got {offsets}")
+        raise InputError(f"{name} must not decrease, got {offsets}")
     if total is not None and offsets[-1] != total:
-        raise ValueError(f"{name} ends at {offsets[-1]} but {tensor_name} holds {total} tokens")
+        raise InputError(f"{name} ends at {offsets[-1]} but {tensor_name} holds {total} tokens")
     longest = max(end - start for start, end in zip(offsets, offsets[1:]))
     if longest > max_seqlen:
-        raise ValueError(f"{max_name}={max_seqlen} is less than the longest sequence in {name} ({longest})")
+        raise InputError(f"{max_name}={max_seqlen} is less than the longest sequence in {name} ({longest})")
     return list(zip(offsets, offsets[1:]))
 
 
@@ -226,27 +261,27 @@ def _gather_pages(k_cache, v_cache, block_table, cu_seqlens_k, max_seqlen_k):
     gradient flows back into the cache's pages."""
     _check_rank(4, "(num_blocks, page_block_size, heads, head_dim) with a block_table", k=k_cache, v=v_cache)
     if k_cache.shape != v_cache.shape:
-        raise ValueError(f"k and v must have one shape, got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+        raise InputError(f"k and v must have one shape, got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
     if not isinstance(block_table, torch.Tensor):
-        raise ValueError(f"block_table must be a torch.Tensor, got {type(block_table).__name__}")
+        raise InputError(f"block_table must be a torch.Tensor, got {type(block_table).__name__}")
     if block_table.dtype != torch.int32 or block_table.dim() != 2:
-        raise ValueError(f"block_table must be int32 of shape (batch_size, max_num_blocks_per_seq), got "
+        raise InputError(f"block_table must be int32 of shape (batch_size, max_num_blocks_per_seq), got "
                          f"{block_table.dtype} {tuple(block_table.shape)}")
     if block_table.device != k_cache.device:
-        raise ValueError(f"block_table must be on the device of k ({k_cache.device}), got {block_table.device}")
+        raise InputError(f"block_table must be on the device of k ({k_cache.device}), got {block_table.device}")
     num_blocks, page_size = k_cache.shape[:2]
     bounds = _sequence_bounds("cu_seqlens_k", cu_seqlens_k, None, "the paged cache", "max_seqlen_k", max_seqlen_k)
     lengths = [end - start for start, end in bounds]
     if block_table.shape[0] != len(lengths):
-        raise ValueError(f"block_table has {block_table.shape[0]} rows for {len(lengths)} sequences")
+        raise InputError(f"block_table has {block_table.shape[0]} rows for {len(lengths)} sequences")
     pages_used = [-(-n // page_size) for n in lengths]
     if max(pages_used, default=0) > block_table.shape[1]:
-        raise ValueError(f"a sequence of {max(lengths)} keys needs {max(pages_used)} pages of {page_size}; "
+        raise InputError(f"a sequence of {max(lengths)} keys needs {max(pages_used)} pages of {page_size}; "
                          f"block_table has {block_table.shape[1]} per sequence")
     table = block_table.tolist()
     used = [page for row, n in zip(table, pages_used) for page in row[:n]]
     if used and not 0 <= min(used) <= max(used) < num_blocks:
-        raise ValueError(f"block_table holds pages outside [0, {num_blocks}): {min(used)}..{max(used)}")
+        raise InputError(f"block_table holds pages outside [0, {num_blocks}): {min(used)}..{max(used)}")
     device = k_cache.device
     starts = torch.tensor([start for start, _ in bounds], device=device, dtype=torch.long)
     seq = torch.repeat_interleave(torch.arange(len(lengths), device=device),
@@ -274,16 +309,16 @@ def _varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sof
     bounds_q = _sequence_bounds("cu_seqlens_q", cu_seqlens_q, q.shape[0], "q", "max_seqlen_q", max_seqlen_q)
     bounds_k = _sequence_bounds("cu_seqlens_k", cu_seqlens_k, k.shape[0], "k", "max_seqlen_k", max_seqlen_k)
     if len(bounds_q) != len(bounds_k):
-        raise ValueError(f"cu_seqlens_q holds {len(bounds_q)} sequences and cu_seqlens_k {len(bounds_k)}")
+        raise InputError(f"cu_seqlens_q holds {len(bounds_q)} sequences and cu_seqlens_k {len(bounds_k)}")
     batch, heads = len(bounds_q), q.shape[1]
     if alibi_slopes is not None and alibi_slopes.dim() == 2 and tuple(alibi_slopes.shape) != (batch, heads):
-        raise ValueError(f"alibi_slopes must have shape (nheads,) = ({heads},) or (batch_size, nheads) = "
+        raise InputError(f"alibi_slopes must have shape (nheads,) = ({heads},) or (batch_size, nheads) = "
                          f"({batch}, {heads}), got {tuple(alibi_slopes.shape)}")
     for i, ((q0, q1), (k0, k1)) in enumerate(zip(bounds_q, bounds_k)):
         if k1 == k0 and q1 > q0:
-            raise ValueError(f"sequence {i} has {q1 - q0} queries but no keys")
+            raise InputError(f"sequence {i} has {q1 - q0} queries but no keys")
     if cu_seqlens_k.device != q.device or cu_seqlens_q.device != q.device:
-        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must be on the device of q ({q.device})")
+        raise InputError(f"cu_seqlens_q and cu_seqlens_k must be on the device of q ({q.device})")
     want_probs = bool(return_attn_probs) and dropout_p > 0
     features = _features(dropout_p, window_size, softcap, alibi_slopes, deterministic, max_seqlen_k)
     packed = lambda t: t.unsqueeze(0).transpose(1, 2)  # (total, H, D) -> (1, H, total, D)

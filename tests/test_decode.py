@@ -341,7 +341,7 @@ def test_paged_append_with_rotary(page_size, poisoned_allocations):
     q, k, v = draw(2, n_new, 4, 32), draw(2, n_new, 2, 32), draw(2, n_new, 2, 32)
     kc, vc = draw(2, n, 2, 32), draw(2, n, 2, 32)
     lens = lengths(100, 131)
-    cos, sin = rotary_tables(n, 16)
+    cos, sin = rotary_tables(-(-n // page_size) * page_size, 16)  # the paged cache's capacity, as flash-attn asks
     kw = dict(cache_seqlens=lens, causal=True, rotary_cos=cos, rotary_sin=sin, rotary_interleaved=False)
     kp, table = to_paged(kc, page_size, seed=1)
     vp, _ = to_paged(vc, page_size, seed=1)
@@ -507,19 +507,74 @@ BAD = [
                  "need the new k and v", id="rotary-without-append"),
     pytest.param(lambda: _case(rotary_cos=rotary_tables(20, 32)[0], rotary_sin=rotary_tables(20, 32)[1],
                                k=draw(2, 1, 2, 32), v=draw(2, 1, 2, 32)), "positions", id="rotary-too-short"),
+    pytest.param(lambda: _case(rotary_cos=rotary_tables(63, 32)[0], rotary_sin=rotary_tables(63, 32)[1],
+                               k=draw(2, 1, 2, 32), v=draw(2, 1, 2, 32)), "positions", id="rotary-shorter-than-cache"),
+    pytest.param(lambda: _case(rotary_cos=rotary_tables(64, 8)[0], rotary_sin=rotary_tables(64, 8)[1],
+                               k=draw(2, 1, 2, 32), v=draw(2, 1, 2, 32)), "divisible by 16", id="rotary-dim-8"),
+    pytest.param(lambda: _case(rotary_cos=rotary_tables(64, 32, torch.float32)[0],
+                               rotary_sin=rotary_tables(64, 32, torch.float32)[1],
+                               k=draw(2, 1, 2, 32), v=draw(2, 1, 2, 32)), "same dtype as query", id="rotary-dtype"),
+    pytest.param(lambda: _case(k=draw(2, 1, 2, 32), v=draw(2, 1, 2, 32), cache_seqlens=None), "seqlens_k must also",
+                 id="append-without-seqlens"),
+    pytest.param(lambda: _case(q=draw(2, 65, 4, 32), k=draw(2, 1, 2, 32), v=draw(2, 1, 2, 32), cache_seqlens=3),
+                 "seqlen <= the seqlen of the KV cache", id="append-queries-past-cache"),
+    pytest.param(lambda: _case(q=draw(0, 1, 4, 32), cache_seqlens=3), "batch size must be positive", id="batch-0"),
     pytest.param(lambda: _case(rotary_cos=rotary_tables(64, 80)[0], rotary_sin=rotary_tables(64, 80)[1],
                                k=draw(2, 1, 2, 32), v=draw(2, 1, 2, 32)), "rotary_dim", id="rotary-dim"),
     pytest.param(lambda: _case(window_size=(1,)), "window_size", id="window"),
-    pytest.param(lambda: _case(softcap=-1.0), "softcap", id="softcap"),
-    pytest.param(lambda: _case(num_splits=-1), "num_splits", id="num-splits"),
+    pytest.param(lambda: _case(softcap=float("nan")), "softcap", id="softcap"),
+    pytest.param(lambda: _case(num_splits=129), "num_splits", id="num-splits"),
     pytest.param(lambda: _case(alibi_slopes=torch.ones(3, device=DEVICE)), "alibi_slopes", id="alibi-shape"),
 ]
 
 
 @pytest.mark.parametrize("make,message", BAD)
 def test_bad_input_is_refused(make, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message) as raised:
         flash_attn_with_kvcache(**make())
+    assert isinstance(raised.value, RuntimeError)  # what flash-attn raises, for callers that catch it
+
+
+def test_index_tensors_that_are_not_contiguous_mean_their_values(poisoned_allocations):
+    """A strided cache_batch_idx, an expanded cache_leftpad and a strided block_table (junk between the used
+    entries) give the result of their contiguous copies: the kernels index them as contiguous tensors."""
+    torch.manual_seed(21)
+    q, kc, vc = draw(3, 1, 4, 32), draw(4, 64, 2, 32), draw(4, 64, 2, 32)
+    lens = lengths(40, 50, 30)
+    idx = torch.tensor([2, 9, 0, 9, 3, 9], dtype=torch.int32, device=DEVICE)[::2]
+    leftpad = torch.tensor([4], dtype=torch.int32, device=DEVICE).expand(3)
+    for kw in (dict(cache_batch_idx=idx), dict(cache_leftpad=leftpad), dict(cache_batch_idx=idx, cache_leftpad=leftpad)):
+        rows = slice(None) if "cache_batch_idx" in kw else slice(0, 3)
+        strided = flash_attn_with_kvcache(q, kc[rows], vc[rows], cache_seqlens=lens, num_splits=2, **kw)
+        plain = flash_attn_with_kvcache(q, kc[rows], vc[rows], cache_seqlens=lens, num_splits=2,
+                                        **{name: t.contiguous() for name, t in kw.items()})
+        torch.testing.assert_close(strided, plain, rtol=0, atol=0)
+    kp, table = to_paged(kc[:3], 16)
+    vp, _ = to_paged(vc[:3], 16)
+    junk = torch.full((3, 2 * table.shape[1]), 10**6, dtype=torch.int32, device=DEVICE)
+    junk[:, ::2] = table
+    strided = flash_attn_with_kvcache(q, kp, vp, cache_seqlens=lens, block_table=junk[:, ::2], num_splits=2)
+    plain = flash_attn_with_kvcache(q, kp, vp, cache_seqlens=lens, block_table=table, num_splits=2)
+    torch.testing.assert_close(strided, plain, rtol=0, atol=0)
+
+
+def test_options_flash_attn_reads_leniently(poisoned_allocations):
+    """What flash-attn's C++ accepts: a window of 0-dim tensors, a negative softcap (off), a negative
+    num_splits (choose), a NumPy bool; and a window bound of at least the cache's capacity counts as
+    unbounded, so such a window is not local and q is rotated at cache_seqlens alone, as there."""
+    np = pytest.importorskip("numpy")
+    torch.manual_seed(22)
+    q, kc, vc = draw(2, 3, 4, 32), draw(2, 64, 2, 32), draw(2, 64, 2, 32)
+    lens = lengths(40, 61)
+    base = flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, window_size=(5, 0))
+    same = flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, window_size=torch.tensor([5, 0]), softcap=-1.0,
+                                   num_splits=-3, causal=np.bool_(False))
+    torch.testing.assert_close(same, base, rtol=0, atol=0)
+    k, v = draw(2, 1, 2, 32), draw(2, 1, 2, 32)
+    cos, sin = rotary_tables(64, 32)
+    rotated = [flash_attn_with_kvcache(q, kc.clone(), vc.clone(), k, v, cos, sin, cache_seqlens=lens, window_size=w)
+               for w in ((64, 64), (-1, -1))]
+    torch.testing.assert_close(rotated[0], rotated[1], rtol=0, atol=0)
 
 
 def test_paged_with_batch_idx_is_refused():

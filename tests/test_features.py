@@ -402,14 +402,15 @@ def test_bad_feature_arguments_are_refused(kw, error, message):
 # --------------------------------------------------------------------------------------------
 
 def test_flash_attn_func_features_and_s_dmask(poisoned_allocations):
-    """(B, N, H, D) layout, every feature, S_dmask rebuilt into the dropout mask."""
+    """(B, N, H, D) layout, every feature flash-attn combines with dropout (not softcap: it refuses that, and
+    so does flash_attn_func; flash_attention runs it, tested above), S_dmask rebuilt into the dropout mask."""
     _seed("flash_attn_func")
     b, n_q, n_k, h, h_kv, d = 2, 37, 51, 4, 2, 40
     q = torch.randn(b, n_q, h, d, device=DEVICE, dtype=torch.float16).requires_grad_()
     k = torch.randn(b, n_k, h_kv, d, device=DEVICE, dtype=torch.float16).requires_grad_()
     v = torch.randn(b, n_k, h_kv, d, device=DEVICE, dtype=torch.float16).requires_grad_()
     slopes = _slopes(b, h)
-    kw = dict(window_size=(12, 3), softcap=2.5, alibi_slopes=slopes)
+    kw = dict(window_size=(12, 3), alibi_slopes=slopes)
     out, lse, s_dmask = flash_attn_func(q, k, v, 0.2, None, True, return_attn_probs=True, **kw)
     assert s_dmask.shape == (b, h, n_q, n_k)
     ref_kw = dict(kw, dropout_mask=s_dmask >= 0, dropout_p=0.2)
@@ -444,8 +445,9 @@ def test_flash_attn_window_at_least_seqlen_k_means_unbounded():
 
 @pytest.mark.parametrize("dropout_p", [0.0, 0.2], ids=["no-dropout", "dropout"])
 def test_varlen_passes_features_per_sequence(dropout_p, poisoned_allocations):
-    """Window, softcap, per-sequence (B, H) ALiBi and dropout through the varlen function,
-    checked sequence by sequence; each sequence gets its own dropout mask."""
+    """Window, softcap (without dropout: flash-attn refuses the two together), per-sequence (B, H) ALiBi and
+    dropout through the varlen function, checked sequence by sequence; each sequence gets its own dropout
+    mask."""
     _seed("varlen", dropout_p)
     lengths_q, lengths_k, h, h_kv, d = [17, 5, 33], [29, 12, 20], 4, 2, 40
     cu_q = torch.tensor([0, *torch.tensor(lengths_q).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
@@ -454,7 +456,7 @@ def test_varlen_passes_features_per_sequence(dropout_p, poisoned_allocations):
     k = torch.randn(sum(lengths_k), h_kv, d, device=DEVICE, dtype=torch.float16).requires_grad_()
     v = torch.randn(sum(lengths_k), h_kv, d, device=DEVICE, dtype=torch.float16).requires_grad_()
     slopes = _slopes(3, h)
-    kw = dict(window_size=(6, 2), softcap=3.0)
+    kw = dict(window_size=(6, 2), softcap=0.0 if dropout_p else 3.0)
     out, lse, s_dmask = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lengths_q), max(lengths_k), dropout_p,
                                                causal=False, alibi_slopes=slopes, return_attn_probs=True, **kw)
     d_out = torch.randn_like(out)

@@ -543,9 +543,13 @@ BAD_CALLS = [
     ("bool scale", lambda: flash_attn_func(*_dense_args(), softmax_scale=True), "softmax_scale"),
     ("negative dropout", lambda: flash_attn_func(*_dense_args(), dropout_p=-0.1), "dropout_p"),
     ("window not a pair", lambda: flash_attn_func(*_dense_args(), window_size=-1), "window_size"),
-    ("window below -1", lambda: flash_attn_func(*_dense_args(), window_size=(-2, 0)), "window_size"),
     ("dropout 1", lambda: flash_attn_func(*_dense_args(), dropout_p=1.0), "dropout_p"),
-    ("negative softcap", lambda: flash_attn_func(*_dense_args(), softcap=-1.0), "softcap"),
+    ("infinite softcap", lambda: flash_attn_func(*_dense_args(), softcap=math.inf), "softcap"),
+    ("softcap with dropout", lambda: flash_attn_func(*_dense_args(), 0.1, softcap=2.0),
+     "Softcapping does not support dropout"),
+    ("softcap with dropout, varlen", lambda: flash_attn_varlen_func(*_varlen_args(), dropout_p=0.1, softcap=2.0),
+     "Softcapping does not support dropout"),
+    ("batch 0", lambda: flash_attn_func(*(_t(0, 8, 2, 16),) * 3), "batch size must be positive"),
     ("alibi wrong shape", lambda: flash_attn_func(*_dense_args(), alibi_slopes=torch.ones(3, device=DEVICE)),
      "alibi_slopes must have shape"),
     ("alibi float16", lambda: flash_attn_func(*_dense_args(),
@@ -578,8 +582,23 @@ BAD_CALLS = [
 
 @pytest.mark.parametrize("call,message", [(c, m) for _, c, m in BAD_CALLS], ids=[n for n, _, _ in BAD_CALLS])
 def test_bad_input_is_refused(call, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message) as raised:
         call()
+    assert isinstance(raised.value, RuntimeError)  # flash-attn's checks raise RuntimeError
+
+
+def test_options_read_as_flash_attn_reads_them(poisoned_allocations):
+    """A negative window bound is unbounded, a softcap of 0 or less is off, a window may be 0-dim tensors and
+    causal a NumPy bool: each gives the result of the plain spelling, bit for bit."""
+    np = pytest.importorskip("numpy")
+    torch.manual_seed(5)
+    q, k, v = _dense_args()
+    for plain, lenient in ((dict(window_size=(-1, 3)), dict(window_size=(-7, 3))),
+                           (dict(window_size=(2, 1)), dict(window_size=(torch.tensor(2), torch.tensor(1)))),
+                           (dict(), dict(softcap=-1.0)),
+                           (dict(causal=True), dict(causal=np.bool_(True)))):
+        torch.testing.assert_close(flash_attn_func(q, k, v, **lenient), flash_attn_func(q, k, v, **plain),
+                                   rtol=0, atol=0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -591,6 +610,7 @@ SPLIT_CASES = [  # (b, h, h_kv, n_q, n_k, d), options
     ((2, 4, 1, 3, 613, 64), dict(causal=True)),
     ((1, 2, 2, 5, 1100, 72), dict(causal=True, window_size=(200, 0), softcap=8.0)),
     ((1, 6, 2, 2, 900, 32), dict(window_size=(300, 40), alibi=True)),
+    ((1, 6, 2, 2, 900, 32), dict(causal=True, alibi="strided")),  # slopes with a head stride of 2
 ]
 
 
@@ -609,7 +629,9 @@ def test_short_queries_without_grad_take_the_split_kv_kernels(shape, options, mo
     q, k, v = (torch.randn(b, n, heads, d, device=DEVICE, dtype=torch.float16)
                for n, heads in ((n_q, h), (n_k, h_kv), (n_k, h_kv)))
     options = dict(options)
-    alibi = torch.rand(h, device=DEVICE, dtype=torch.float32) if options.pop("alibi", False) else None
+    alibi = options.pop("alibi", False)
+    alibi = (torch.rand(2 * h, device=DEVICE, dtype=torch.float32)[::2] if alibi == "strided"
+             else torch.rand(h, device=DEVICE, dtype=torch.float32) if alibi else None)
     out, lse, _ = flash_attn_func(q, k, v, alibi_slopes=alibi, return_attn_probs=True, **options)
     assert len(calls) == 1 and calls[0] > 1, calls  # one launch, keys split
     features = dict(window_size=options.get("window_size", (-1, -1)), softcap=options.get("softcap", 0.0),
