@@ -88,17 +88,21 @@ def _seqlens(cells: pd.DataFrame) -> str:
     return ", ".join(str(n) for n in values)
 
 
-def describe_exclusions(cells: pd.DataFrame, settings: dict | None = None) -> str:
-    """In words, the cells kept out of a verdict and why, e.g. "3 host-bound cells (seqlen 512) excluded"."""
+def describe_exclusions(cells: pd.DataFrame, settings: dict | None = None, why: bool = True) -> str:
+    """In words, the cells kept out of a verdict and why, e.g. "excluded: 3 host-bound cells at seqlen 512 (the
+    GPU waited for the host)"; with why=False the cells alone ("3 host-bound cells at seqlen 512"), for a
+    clause beside one that already says why."""
     settings = settings or read_settings()
     parts = []
-    for reason, why in ((HOST_BOUND, "the GPU waited for the host"),
-                        (NOISY, f"repetitions spread over {settings['noisy_spread']:.0%} of the median")):
+    for reason, because in ((HOST_BOUND, "the GPU waited for the host"),
+                            (NOISY, f"repetitions spread over {settings['noisy_spread']:.0%} of the median")):
         out = cells[cells["excluded"] == reason].drop_duplicates(CELL_KEYS)
         if not out.empty:
             plural = "s" if len(out) > 1 else ""
             where = f" at seqlen {_seqlens(out)}" if out["seqlen_k"].notna().any() else ""
-            parts.append(f"{len(out)} {reason} cell{plural}{where} ({why})")
+            parts.append(f"{len(out)} {reason} cell{plural}{where}" + (f" ({because})" if why else ""))
+    if not why:
+        return "; ".join(parts) or "none"
     return ("excluded: " + "; ".join(parts)) if parts else "no cell excluded"
 
 

@@ -29,7 +29,7 @@ import yaml
 from analysis.catalog import FIGURES
 from analysis.cells import (PAIR_KEYS, aggregate, describe_exclusions, eligible, exclusion_counts, matmul_ceiling,
                             paired, read_settings, select)
-from analysis.load import attention_rows, measured, read_results
+from analysis.load import CELL_KEYS, attention_rows, measured, read_results
 from analysis.peaks import datasheet_entry, read_hardware
 
 CLAIMS_FILE = Path(__file__).with_name("claims.yaml")
@@ -195,7 +195,8 @@ def speedup(frames, hardware, *, experiment, baseline, candidate, modes, value="
             dims = ", ".join(str(int(d)) for d in sorted(others["head_dim"].unique()))
             beyond.update(beyond_n=other["n"], beyond_min=other["min"], beyond_median=other["median"],
                           beyond_max=other["max"], beyond_head_dims=dims,
-                          beyond=f"at head dim {dims}, {other['min']:.2f}-{other['max']:.2f}x over {other['n']} shapes")
+                          beyond=f"at {head_dims_words(sorted(others['head_dim'].unique()))}, "
+                                 f"{other['min']:.2f}-{other['max']:.2f}x over {other['n']} shapes")
     mode, summary = first_mode_with_pairs(frame)
     pairs = summary.pop("pairs")
     in_mode = _in(frame, dtype, mode)
@@ -262,8 +263,14 @@ def speedup_by_mode(frames, hardware, *, experiment, baseline, candidate, modes,
             if not pairs.empty:
                 per_mode.append(f"{MODE_WORDS[mode]} {_medians_by_head_dim(pairs)}")
         if per_mode:
+            # cells the step's pairs left out beyond those the verdict's {excluded} already names, said once
             arm_excluded = pd.concat(arm_left_out, ignore_index=True)
-            left = f" ({describe_exclusions(arm_excluded, settings)})" if (arm_excluded["excluded"] != "").any() else ""
+            arm_excluded = arm_excluded[arm_excluded["excluded"] != ""].merge(
+                excluded[excluded["excluded"] != ""][CELL_KEYS].drop_duplicates(), on=CELL_KEYS, how="left",
+                indicator=True)
+            arm_excluded = arm_excluded[arm_excluded["_merge"] == "left_only"]
+            left = (f" (also left out: {describe_exclusions(arm_excluded, settings, why=False)})"
+                    if not arm_excluded.empty else "")
             words.append(f"{description} ({variant}): " + ", ".join(per_mode) + left)
     values["arms"] = "; ".join(words) or "none measured"
     if not values["n"]:
@@ -603,14 +610,20 @@ class _Template(string.Formatter):
 # "1.90-1.90x" -> "1.90x" and "98.5%-98.5%" -> "98.5%": a range whose ends print the same is one value.
 _SAME_ENDS = re.compile(r"(?<![\w.:])(\d+(?:\.\d+)?)(%?)-\1\2(?=x(?!\w)|[^\w.%]|$)")
 # "1 shapes" -> "1 shape": a count of one takes the singular (only the nouns the templates count).
-_ONE_OF = re.compile(r"(?<![^\s(])1 (shape|pair|cell|output|repetition|model/context pair)s\b")
+_ONE_OF = re.compile(r"(?<![^\s(])1 ((?:more )?(?:shape|pair|cell|output|repetition|model/context pair))s\b")
+# "98.5%-106.7%" -> "98.5-106.7%": a range of percentages writes the sign once, after its upper end.
+_PERCENT_RANGE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)%-(\d+(?:\.\d+)?%)")
+# "; 0 more shapes where only standard attention failed" -> "": a clause that counts zero more of something
+# says nothing, so it goes, up to the next clause.
+_ZERO_MORE = re.compile(r"; 0 more [^;]*?(?=;|$)")
 
 
 def fill(template: str, values: dict) -> str:
     """The template with `values` in it (see `_Template`), its ranges of one value and counts of one said
-    as such."""
+    as such, a range of percentages with one sign and a clause of zero more of something left out."""
     text = _Template().format(template, **values)
-    return _ONE_OF.sub(r"1 \1", _SAME_ENDS.sub(r"\1\2", text))
+    text = _ONE_OF.sub(r"1 \1", _SAME_ENDS.sub(r"\1\2", text))
+    return _ZERO_MORE.sub("", _PERCENT_RANGE.sub(r"\1-\2", text))
 
 
 def verdict_of(claim: dict, values: dict) -> str:

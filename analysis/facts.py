@@ -187,9 +187,10 @@ def threats_text(frames: dict[str, pd.DataFrame], setup_facts: dict, method_fact
     totals, telemetry = method_facts["totals"], method_facts["telemetry"]
     gpus = [host for host in setup_facts["hosts"] if host["kind"] == "cuda"]
     commits = sorted({commit for host in gpus for commit in host["commits"].split(", ") if commit != "-"})
-    host_bound = "; ".join(f"{item['experiment']} {item['host_bound']} (seqlen {item['host_bound_seqlens']})"
+    host_bound = "; ".join(f"{item['host_bound']} in {item['experiment']}.csv at sequence length"
+                           f"{'s' if ',' in item['host_bound_seqlens'] else ''} {item['host_bound_seqlens']}"
                            for item in method_facts["experiments"] if item["host_bound"]) or "none"
-    noisy = "; ".join(f"{item['experiment']} {item['noisy']}" for item in method_facts["experiments"]
+    noisy = "; ".join(f"{item['noisy']} in {item['experiment']}.csv" for item in method_facts["experiments"]
                       if item["noisy"]) or "none"
     spreads = [c for c in setup_facts["ceilings"] if c["dtype"] == "fp16"]
     ceiling_range = (f"{min(c['min'] for c in spreads):.0f}-{max(c['max'] for c in spreads):.0f} TFLOP/s"

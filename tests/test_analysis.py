@@ -273,6 +273,27 @@ def test_findings_say_one_value_and_one_count_plainly(template, values, text):
     assert fill(template, values) == text
 
 
+@pytest.mark.parametrize("template, values, text", [
+    ("at {lo:pct}-{hi:pct} of the copy", {"lo": 0.985, "hi": 1.067}, "at 98.5-106.7% of the copy"),
+    ("(median {m:pct}), 10%-20% wide", {"m": 0.5}, "(median 50.0%), 10-20% wide"),
+    ("x ({mode}); {k} more shapes where only standard attention failed; {excluded}. Beyond",
+     {"mode": "fwd_bwd", "k": 0, "excluded": "no cell excluded"}, "x (fwd_bwd); no cell excluded. Beyond"),
+    ("x; {k} more shapes where only standard attention failed; none", {"k": 1},
+     "x; 1 more shape where only standard attention failed; none"),
+    ("x; {k} more shapes where only standard attention failed", {"k": 0}, "x"),
+])
+def test_findings_write_a_percentage_range_once_and_leave_out_zero_more(template, values, text):
+    assert fill(template, values) == text
+
+
+def test_head_dims_are_counted_in_words():
+    from analysis.claims import head_dims_words
+
+    assert head_dims_words([96]) == "head dim 96"
+    assert head_dims_words([96, 192]) == "head dims 96 and 192"
+    assert head_dims_words([96, 192, 256]) == "head dims 96, 192 and 256"
+
+
 def test_exact_error_says_which_host_measured_it(frames):
     cpu = frames["accuracy"].assign(host_kind="cpu-interpreter", gpu="")
     assert "interpreter" in verdicts({**frames, "accuracy": cpu})["exact_error"]["finding"]
@@ -338,7 +359,9 @@ def test_speed_at_head_dims_that_do_not_divide_the_hidden_size(monkeypatch, tmp_
         if name.startswith("speed_"):
             assert "head dim 96" in titles and "head dim 192" in titles, titles
         save(figure, name, tmp_path)
-    assert all(record["verdict"] in VERDICTS for record in verdicts(frames).values())
+    records = verdicts(frames)
+    assert all(record["verdict"] in VERDICTS for record in records.values())
+    assert "Beyond the paper's grid: at head dims 96, 192 and 256, " in records["speedup_vs_standard"]["finding"]
 
 
 @pytest.mark.parametrize("name", list(FIGURES))
@@ -427,7 +450,8 @@ def test_host_time_claim_reads_host_ms_at_short_sequences(frames):
         speed.loc[ours.index, "host_ms"] = [factor * sdpa_host.get(key, float("nan")) for key in keys]
         record = verdicts({**frames, "speed": speed})["short_sequence_host_time"]
         assert record["verdict"] == expected, record["finding"]
-        assert f"forward {factor:.2f}-{factor:.2f}x" in record["finding"]
+        assert f"forward {factor:.2f}x (median" in record["finding"]  # a range of one value reads as one
+        assert record["finding"].startswith("our host time per call")
 
 
 def test_cudnn_claim_compares_only_2k_and_longer_at_head_dims_64_and_128(frames):
@@ -571,8 +595,22 @@ def test_each_step_is_given_per_head_dim_with_the_cells_it_left_out(frames):
     portable = steps.split("; over the serial")[0]
     assert portable.startswith("over the portable forward (portable): forward ")
     assert "x at head dim 64 and 1.40x at head dim 128, forward+backward" in portable  # 1.25 x the synthetic 1.12
-    assert portable.endswith("(excluded: 1 noisy cell at seqlen 2048 (repetitions spread over 10% of the median))")
-    assert "excluded" not in steps.split("; over the serial")[1].split("; no cell excluded")[0]
+    assert portable.endswith("(also left out: 1 noisy cell at seqlen 2048)")
+    assert "left out" not in steps.split("; over the serial")[1]
+
+
+def test_a_cell_the_verdict_and_its_steps_both_leave_out_is_named_once(frames):
+    """A noisy cell of the Hopper arm leaves out its pairs with cuDNN and with each step: the finding names it
+    once, in its closing exclusions, and no parenthesis opens inside another."""
+    noisy = lambda rows: ((rows["head_dim"] == 128) & (rows["mode"] == "fwd") & (rows["seqlen_q"] == 16384)
+                          & (rows["causal"] == 0) & (rows["repetition"] == 0))
+    finding = verdicts(scale(frames, "hopper", {"variant": "hopper"}, 1.5, where=noisy))["hopper_forward_vs_cudnn"]["finding"]
+    assert finding.count("noisy cell") == 1 and finding.endswith(
+        "; excluded: 1 noisy cell at seqlen 16384 (repetitions spread over 10% of the median)")
+    depth = 0
+    for char in finding:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        assert depth <= 1, finding
 
 
 def test_fp8_not_in_the_archive_is_no_data_saying_so(frames, tmp_path):
@@ -700,3 +738,24 @@ def test_provenance_lists_every_file_the_report_reads(results_dir, tmp_path):
         in_json = json.loads((archive / "provenance.json").read_text())["files"]
         assert {f"{record['experiment']}.csv": record["rows"] for record in records} == {
             name: entry["rows"] for name, entry in in_json.items()}
+
+
+def test_speedup_finding_leaves_out_a_count_of_zero_failed_baseline_shapes(frames):
+    record = verdicts(frames)["speedup_vs_standard"]
+    assert "4 more shapes where only standard attention failed" in record["finding"]
+    speed = frames["speed"][~((frames["speed"]["provider"] == "standard") & (frames["speed"]["status"] != "ok"))]
+    record = verdicts({**frames, "speed": speed})["speedup_vs_standard"]
+    assert "more shape" not in record["finding"] and "fwd_bwd); no cell excluded. Beyond" in record["finding"]
+
+
+def test_triton_claim_tells_the_shapes_beside_flex_from_all_of_ours(frames):
+    finding = verdicts(frames)["triton_vs_cuda"]["finding"]
+    assert "as fast as ours on those 8 shapes, and " in finding and " over all 24 shapes of that grid where both" in finding
+
+
+def test_threats_name_each_file_once_beside_its_host_bound_lengths(frames):
+    from analysis import facts
+
+    setup, method = facts.setup(frames, read_hardware()), facts.method(frames)
+    line = next(item for item in facts.threats_text(frames, setup, method) if item.startswith("Host-bound cells"))
+    assert "in speed.csv at sequence length 512" in line and "(seqlen" not in line
