@@ -7,6 +7,7 @@ paper templates read, so that no number in the report is typed by hand.
 """
 from __future__ import annotations
 
+import ast
 import json
 import re
 import sys
@@ -145,6 +146,19 @@ def method(frames: dict[str, pd.DataFrame]) -> dict:
             "telemetry": telemetry}
 
 
+MEASURE_MODULE = Path(__file__).parents[1] / "experiments" / "measure.py"
+
+
+def host_bound_excess(path: str | Path = MEASURE_MODULE) -> float:
+    """experiments.measure.HOST_BOUND_EXCESS, the share by which a row's median may exceed its GPU time before the
+    row is host-bound, read from the module's source (importing it would import torch, Triton and the kernels)."""
+    for node in ast.parse(Path(path).read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(target, "id", None) == "HOST_BOUND_EXCESS"
+                                                for target in node.targets):
+            return float(ast.literal_eval(node.value))
+    raise ValueError(f"{path} assigns no HOST_BOUND_EXCESS")
+
+
 def method_text(setup_facts: dict, method_facts: dict) -> list[str]:
     """The method section, item by item, in plain text (rendered by both report formats)."""
     reps = ", ".join(f"{item['experiment']} {item['repetitions']}" for item in method_facts["experiments"]) or "none"
@@ -159,8 +173,8 @@ def method_text(setup_facts: dict, method_facts: dict) -> list[str]:
         "cache flushed between calls; the 20th and 80th percentiles are kept in the results.",
         "Host-bound cells: beside that wall-clock median each row has the GPU-only time of one call (gpu_ms, every "
         "launch queued behind a sleep kernel so host gaps cannot show). A row whose median exceeds its GPU time by "
-        "more than the measurement's margin is host-bound: it timed launch overhead, not the kernel. A cell with "
-        "any host-bound repetition decides no verdict.",
+        f"more than {host_bound_excess():.0%} (experiments/measure.py, HOST_BOUND_EXCESS) is host-bound: it timed "
+        "launch overhead, not the kernel. A cell with any host-bound repetition decides no verdict.",
         f"Noisy cells: a cell whose repetitions spread (max - min) over more than {method_facts['noisy_spread']:.0%} "
         "of their median decides no verdict (the threshold is set once, in analysis/claims.yaml). Each claim says "
         "how many cells it left out and why.",

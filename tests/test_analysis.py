@@ -759,3 +759,14 @@ def test_threats_name_each_file_once_beside_its_host_bound_lengths(frames):
     setup, method = facts.setup(frames, read_hardware()), facts.method(frames)
     line = next(item for item in facts.threats_text(frames, setup, method) if item.startswith("Host-bound cells"))
     assert "in speed.csv at sequence length 512" in line and "(seqlen" not in line
+
+
+def test_method_prints_the_host_bound_threshold_that_the_measurement_used(frames, tmp_path):
+    from analysis import facts
+
+    module = tmp_path / "measure.py"
+    module.write_text("import os\n\n# a comment\nHOST_BOUND_EXCESS = 0.25\nSIDE_TIMINGS = 5\n")
+    assert facts.host_bound_excess(module) == 0.25
+    text = " ".join(facts.method_text(facts.setup(frames, read_hardware()), facts.method(frames)))
+    assert f"by more than {facts.host_bound_excess():.0%} (experiments/measure.py, HOST_BOUND_EXCESS)" in text
+    assert "margin" not in text
