@@ -19,8 +19,8 @@ import pandas as pd
 from experiments import flops
 
 from analysis.catalog import FIGURES, caption, figure_paths
-from analysis.cells import (aggregate, describe_exclusions, eligible, exclusion_counts, interleaved_ceiling,
-                            read_settings)
+from analysis.cells import (JUDGED_ON, aggregate, describe_exclusions, eligible, exclusion_counts,
+                            interleaved_ceiling, read_settings)
 from analysis.claims import and_join, head_dims_words, paired_ratio, to_json
 from analysis.figures import MODE_TITLES, PROVIDERS, VARIANTS
 from analysis.load import (CELL_KEYS, EXPERIMENTS, PROVENANCE_COLUMNS, TILE_COLUMNS, TIMED_ABLATIONS, attention_rows,
@@ -119,14 +119,15 @@ def setup(frames: dict[str, pd.DataFrame], hardware: dict, side: dict[str, pd.Da
 
 
 def method(frames: dict[str, pd.DataFrame]) -> dict:
-    """How the timed numbers were made, from the rows: repetitions per cell, exclusions, telemetry ranges."""
+    """How the timed numbers were made, from the rows: repetitions per cell, exclusions (of cells aggregated on
+    ms, or on the value an ablation is judged on: analysis.cells.JUDGED_ON), telemetry ranges."""
     settings = read_settings()
     per_experiment, counts = [], {"host_bound": 0, "noisy": 0, "cells": 0}
     for name in [name for name in TIMED_ABLATIONS if name in frames]:
         frame = attention_rows(frames[name])
         if frame.empty:
             continue
-        cells = aggregate(frame, "ms", settings=settings)
+        cells = aggregate(frame, JUDGED_ON.get(name, "ms"), settings=settings)
         ok = cells[cells["status"] == "ok"]
         found = exclusion_counts(ok)
         counts = {key: counts[key] + found.get(key, 0) for key in ("host_bound", "noisy")} | {
@@ -174,7 +175,8 @@ def method_text(setup_facts: dict, method_facts: dict) -> list[str]:
         "Host-bound cells: beside that wall-clock median each row has the GPU-only time of one call (gpu_ms, every "
         "launch queued behind a sleep kernel so host gaps cannot show). A row whose median exceeds its GPU time by "
         f"more than {host_bound_excess():.0%} (experiments/measure.py, HOST_BOUND_EXCESS) is host-bound: it timed "
-        "launch overhead, not the kernel. A cell with any host-bound repetition decides no verdict.",
+        "launch overhead, not the kernel. A cell with any host-bound repetition decides no verdict. Decoding is judged on the GPU time itself "
+        "(analysis/decode.py: a serving loop replays its steps in CUDA graphs), so none of its cells is host-bound.",
         f"Noisy cells: a cell whose repetitions spread (max - min) over more than {method_facts['noisy_spread']:.0%} "
         "of their median decides no verdict (the threshold is set once, in analysis/claims.yaml). Each claim says "
         "how many cells it left out and why.",

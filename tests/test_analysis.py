@@ -770,3 +770,62 @@ def test_method_prints_the_host_bound_threshold_that_the_measurement_used(frames
     text = " ".join(facts.method_text(facts.setup(frames, read_hardware()), facts.method(frames)))
     assert f"by more than {facts.host_bound_excess():.0%} (experiments/measure.py, HOST_BOUND_EXCESS)" in text
     assert "margin" not in text
+
+
+def _decode_cell(frame, cache, heads=32, kv_heads=4, provider="ours", variant="dense"):
+    """The rows of one decode cell of the synthetic decode.csv."""
+    return ((frame["provider"] == provider) & (frame["variant"] == variant) & (frame["seqlen_k"] == cache)
+            & (frame["heads"] == heads) & (frame["kv_heads"] == kv_heads))
+
+
+def test_cells_on_gpu_time_are_never_host_bound_and_are_noisy_by_their_gpu_time(frames):
+    """aggregate(frame, "gpu_ms") marks no cell host-bound and reads its spread from gpu_ms; on "ms" a host-bound
+    repetition still keeps its cell out."""
+    from analysis.cells import GPU_TIME
+    from analysis.load import attention_rows
+
+    decode = frames["decode"].copy()
+    waited = _decode_cell(decode, 8192) & (decode["repetition"] == 0)
+    decode.loc[waited, "host_bound"] = 1
+    decode.loc[waited, "ms"] *= 1.6  # the host held the wall-clock time up; the GPU time is the same
+    gpu_noisy = _decode_cell(decode, 32768) & (decode["repetition"] == 0)
+    decode.loc[gpu_noisy, "gpu_ms"] *= 1.3  # its GPU times disagree, its wall-clock times do not
+    keys = ["provider", "variant", "heads", "kv_heads", "seqlen_k"]
+    rows = attention_rows(decode)
+
+    def status(cells, cache):
+        return cells[_decode_cell(cells, cache)].iloc[0][["host_bound", "noisy", "excluded"]].tolist()
+
+    on_ms = aggregate(rows, "ms")
+    assert status(on_ms, 8192)[0] == 1 and status(on_ms, 8192)[2] == "host-bound"
+    assert status(on_ms, 32768)[2] == ""
+    on_gpu = aggregate(rows, GPU_TIME)
+    assert (on_gpu["excluded"] != "host-bound").all()
+    assert status(on_gpu, 8192)[1:] == [False, ""]
+    assert status(on_gpu, 32768)[1:] == [True, "noisy"]
+    assert on_gpu.set_index(keys).index.is_unique
+
+
+def test_decode_bandwidth_misses_when_a_host_bound_cell_reads_too_slowly_on_the_gpu(frames):
+    """A cell whose wall-clock time the host held up still counts, on its GPU time: when that time gives under
+    70% of the copy bandwidth, the claim does not hold, and no cell is said to be host-bound."""
+    decode = frames["decode"].copy()
+    slow = _decode_cell(decode, 8192)
+    decode.loc[slow, "host_bound"] = 1
+    decode.loc[slow, "gpu_ms"] *= 1.5  # 3400 GB/s of the synthetic 4000 GB/s copy -> about 57%
+    decode.loc[slow, "ms"] = decode.loc[slow, "gpu_ms"] * 1.6
+    before = verdicts(frames)["decode_bandwidth"]
+    after = verdicts({**frames, "decode": decode})["decode_bandwidth"]
+    assert before["verdict"] == HOLDS
+    assert after["verdict"] != HOLDS and after["values"]["min_share"] < 0.70
+    assert after["values"]["n"] == before["values"]["n"] and after["values"]["host_bound"] == 0
+    assert "host-bound" not in after["finding"]
+
+
+def test_decode_cells_are_not_counted_host_bound_in_the_method_and_threats(frames):
+    from analysis import facts
+
+    decode = frames["decode"].copy()
+    decode.loc[decode["provider"] == "ours", "host_bound"] = 1
+    method = facts.method({**frames, "decode": decode})
+    assert next(item for item in method["experiments"] if item["experiment"] == "decode")["host_bound"] == 0
