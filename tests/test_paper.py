@@ -257,3 +257,15 @@ def test_report_has_the_fp8_section_and_says_when_it_was_not_measured(report, an
     markdown = out["md"].read_text()
     summary = next(line for line in markdown.splitlines() if "fp8 (e4m3) forward at head dim 128" in line)
     assert "fp8: not measured in the archived run yet" in summary and "**no data**" in summary
+
+
+def test_report_tables_read_cells_and_list_every_results_file(report):
+    """The tile table counts configurations, the decode section says its bandwidth is over the GPU time, the
+    method prints the host-bound threshold, and the appendix lists the files beside the ablations' results."""
+    markdown = report[1]["md"].read_text()
+    assert re.search(r"\| forward \| 128 \| fp16 \|( [0-9]+ \|){4} [0-9.]+ \| [0-9.]+x \| 36 \|", markdown)
+    assert "over the cell's median GPU time (gpu_ms" in markdown
+    assert "by more than 10% (experiments/measure.py, HOST_BOUND_EXCESS)" in markdown
+    appendix = markdown.split("## Appendix: provenance")[1]
+    for name in ("jit", "training_loss", "training", "speed"):
+        assert f"`results/{name}.csv`" in appendix
