@@ -263,13 +263,13 @@ def speedup_by_mode(frames, hardware, *, experiment, baseline, candidate, modes,
             if not pairs.empty:
                 per_mode.append(f"{MODE_WORDS[mode]} {_medians_by_head_dim(pairs)}")
         if per_mode:
-            # cells the step's pairs left out beyond those the verdict's {excluded} already names, said once
+            # the step arm's own cells that its pairs left out (those the verdict's {excluded} names are not repeated)
             arm_excluded = pd.concat(arm_left_out, ignore_index=True)
             arm_excluded = arm_excluded[arm_excluded["excluded"] != ""].merge(
                 excluded[excluded["excluded"] != ""][CELL_KEYS].drop_duplicates(), on=CELL_KEYS, how="left",
                 indicator=True)
             arm_excluded = arm_excluded[arm_excluded["_merge"] == "left_only"]
-            left = (f" (also left out: {describe_exclusions(arm_excluded, settings, why=False)})"
+            left = (f" (its own cells left out: {describe_exclusions(arm_excluded, settings, why=False)})"
                     if not arm_excluded.empty else "")
             words.append(f"{description} ({variant}): " + ", ".join(per_mode) + left)
     values["arms"] = "; ".join(words) or "none measured"

@@ -321,26 +321,31 @@ NOTE_WIDTH = 120
 
 def _note_shown(note: str, width: int = NOTE_WIDTH) -> str:
     """A failure's note as the table shows it: an error type written twice ("OutOfMemoryError: OutOfMemoryError:
-    CUDA out of memory") said once, and a note longer than `width` cut at the last whole word within it, its
-    trailing punctuation dropped, then "..."."""
+    CUDA out of memory") said once, and a note longer than `width` cut after its last whole sentence within it
+    (else its last whole word), its closing punctuation dropped, then "..."."""
     while (match := re.match(r"([\w.]+): \1: ", note)):
         note = note[len(match.group(1)) + 2:]
     if len(note) <= width:
         return note
-    cut = note[:width]
-    if note[width] != " " and " " in cut:
+    cut = note[:width + 1]
+    sentence = cut.rfind(". ")
+    if sentence > width // 2:
+        cut = cut[:sentence]
+    elif " " in cut:
         cut = cut.rsplit(" ", 1)[0]
     return cut.rstrip(" .,;:") + "..."
 
 
 def failures(frames: dict[str, pd.DataFrame]) -> list[dict]:
     """Cells that did not measure, grouped by what tells them apart (experiment, provider, variant, status and
-    the note as shown), with the passes, head dims and lengths each group covers, how many cells (CELL_KEYS:
-    one per shape, pass and arm, however many repetitions failed) and how many rows."""
+    the note as shown, its first row's where the repetitions' notes differ), with the passes, head dims and
+    lengths each group covers, how many cells (CELL_KEYS: one per shape, pass and arm, however many
+    repetitions failed) and how many rows."""
     rows = pd.concat([frame[frame["status"] != "ok"] for frame in frames.values()])
     if rows.empty:
         return []
-    rows = rows.assign(shown=rows["note"].map(_note_shown))
+    shown = rows.drop_duplicates(CELL_KEYS + ["status"]).set_index(CELL_KEYS + ["status"])["note"].map(_note_shown)
+    rows = rows.join(shown.rename("shown"), on=CELL_KEYS + ["status"])
     grouped = rows.groupby(["experiment", "provider", "variant", "status", "shown"], dropna=False)
     records = []
     for (experiment, provider, variant, status, note), group in grouped:

@@ -595,7 +595,7 @@ def test_each_step_is_given_per_head_dim_with_the_cells_it_left_out(frames):
     portable = steps.split("; over the serial")[0]
     assert portable.startswith("over the portable forward (portable): forward ")
     assert "x at head dim 64 and 1.40x at head dim 128, forward+backward" in portable  # 1.25 x the synthetic 1.12
-    assert portable.endswith("(also left out: 1 noisy cell at seqlen 2048)")
+    assert portable.endswith("(its own cells left out: 1 noisy cell at seqlen 2048)")
     assert "left out" not in steps.split("; over the serial")[1]
 
 
@@ -674,13 +674,15 @@ def test_failure_table_counts_cells_not_rows_and_shows_each_note_cleanly(frames)
     failed = training["status"] == "oom"
     training.loc[failed, "note"] = [
         "OutOfMemoryError: OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB. GPU 0 has a total "
-        f"capacity of 139.80 GiB of which 10.{repetition}0 GiB is free." for repetition in training.loc[failed, "repetition"]]
-    record = next(record for record in facts.failures({**frames, "training": training})
-                  if record["experiment"] == "training" and record["status"] == "oom")
-    assert (record["cells"], record["rows"]) == (1, REPETITIONS)
-    assert record["note"].count("OutOfMemoryError") == 1
-    assert record["note"].endswith(" of which...") and "...." not in record["note"]
-    assert len(record["note"]) <= facts.NOTE_WIDTH + 3
+        f"capacity of 139.80 GiB of which {repetition}.{repetition}0 GiB is free. Of the allocated memory 120.5 GiB "
+        "is allocated by PyTorch" for repetition in training.loc[failed, "repetition"]]
+    records = [record for record in facts.failures({**frames, "training": training})
+               if record["experiment"] == "training" and record["status"] == "oom"]
+    assert [(record["cells"], record["rows"]) for record in records] == [(1, REPETITIONS)]
+    note = records[0]["note"]
+    assert note.count("OutOfMemoryError") == 1 and "...." not in note and len(note) <= facts.NOTE_WIDTH + 3
+    assert note == "OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB..."  # its last whole sentence
+    assert facts._note_shown("word " * 40).endswith("word...")
 
 
 def test_speed_captions_say_which_kernels_ours_ran_as_its_rows_show(frames, tmp_path):
