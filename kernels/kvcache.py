@@ -46,9 +46,10 @@ known on the host: a dense call with one and no cache_batch_idx or cache_leftpad
 so a decode step can be captured in a CUDA graph and replayed.
 
 Differences from flash-attn a caller may notice: bad input raises `kernels.InputError`, a
-RuntimeError as flash-attn's checks raise and a ValueError; a row that sees no key has lse -inf (flash-attn: +inf); page sizes that are a
-multiple of 16 are accepted (flash-attn: multiple of 256) and cache_leftpad works with a paged
-cache (flash-attn refuses it); with causal ALiBi the log-sum-exp includes the bias
+RuntimeError as flash-attn's checks raise and a ValueError; a row that sees no key has lse -inf
+(flash-attn: +inf); page sizes that are a multiple of 16 are accepted (flash-attn: multiple of
+256) and cache_leftpad works with a paged cache (flash-attn refuses it); with causal ALiBi the
+log-sum-exp includes the bias
 -slope * |i + Nk - Nq - j| (flash-attn adds slope * j there, which shifts each row's lse by a
 constant and leaves the output the same). fp8 caches (and q/k/v descales) are not supported:
 NotImplementedError.
