@@ -91,11 +91,11 @@ def test_claims_hold_on_the_synthetic_run_and_say_no_data_without_it(frames):
 def test_slow_paged_and_slow_decode_do_not_hold(frames):
     frame = frames["decode"].copy()
     paged = frame["variant"] == "paged16"
-    frame.loc[paged, "ms"] *= 1.3
+    frame.loc[paged, ["ms", "gpu_ms"]] *= 1.3  # decoding is judged on GPU time (analysis/decode.py)
     records = _verdicts({**frames, "decode": frame})
     assert records["decode_paged"]["verdict"] == DOES_NOT_HOLD
     frame = frames["decode"].copy()
-    frame.loc[frame["provider"] == "ours", "ms"] *= 2
+    frame.loc[frame["provider"] == "ours", ["ms", "gpu_ms"]] *= 2
     records = _verdicts({**frames, "decode": frame})
     assert records["decode_bandwidth"]["verdict"] == DOES_NOT_HOLD
     assert records["decode_vs_baselines"]["verdict"] == DOES_NOT_HOLD
