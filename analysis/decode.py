@@ -6,10 +6,10 @@ length (seqlen_k), head layout and dtype: `ours` on a dense cache (variant "dens
 (bandwidth_gbs: bytes of K and V read plus q and o, over ms), and per pass a device-to-device copy
 (torch_copy), the roof the bandwidth is read against. Metrics are registered into analysis.claims.METRICS.
 
-Decoding is judged on the GPU's own time (gpu_ms, analysis.cells.GPU_TIME): serving replays its decode
-steps in CUDA graphs, where the host's launch time does not show, and a decode call is short enough that
-the wall-clock time of an eager call mostly measures the host. So no decode cell is host-bound here; the
-host's time per call stays in decode.csv (host_ms).
+Decoding is judged on the GPU's own time (gpu_ms: analysis.cells.JUDGED_ON, which the report's method
+reads too): serving replays its decode steps in CUDA graphs, where the host's launch time does not show,
+and a decode call is short enough that the wall-clock time of an eager call mostly measures the host. So
+no decode cell is host-bound here; the host's time per call stays in decode.csv (host_ms).
 """
 from __future__ import annotations
 
@@ -17,9 +17,11 @@ import re
 
 import pandas as pd
 
-from analysis.cells import GPU_TIME, PAIR_KEYS, aggregate, describe_exclusions, eligible, exclusion_counts, select
+from analysis.cells import JUDGED_ON, PAIR_KEYS, aggregate, describe_exclusions, eligible, exclusion_counts, select
 from analysis.claims import NOT_MEASURED, metric, summarise_ratios
 from analysis.load import attention_rows, ceiling_rows, measured
+
+TIME = JUDGED_ON["decode"]  # the value every decode cell is judged on
 
 PROVIDER_LABELS = {"ours": "Ours (Triton)", "sdpa": "SDPA (best backend)", "flex": "FlexAttention"}
 
@@ -40,10 +42,10 @@ def _cells(frame: pd.DataFrame) -> pd.DataFrame:
     moved over that time."""
     from experiments.decode import moved_bytes
 
-    cells = aggregate(attention_rows(frame), GPU_TIME, keys=["experiment", "provider", "variant"] + PAIR_KEYS)
+    cells = aggregate(attention_rows(frame), TIME, keys=["experiment", "provider", "variant"] + PAIR_KEYS)
     moved = [moved_bytes(int(c.batch), int(c.heads), int(c.kv_heads), int(c.seqlen_k), int(c.head_dim), c.dtype)
              if c.dtype in ("fp16", "bf16") and not pd.isna(c.batch) else float("nan") for c in cells.itertuples()]
-    cells["bandwidth_gbs"] = pd.Series(moved, index=cells.index, dtype=float) / (cells[GPU_TIME] * 1e-3) / 1e9
+    cells["bandwidth_gbs"] = pd.Series(moved, index=cells.index, dtype=float) / (cells[TIME] * 1e-3) / 1e9
     return cells
 
 
@@ -77,7 +79,7 @@ def decode_bandwidth(frames, hardware, *, provider="ours", variant="dense", grou
                      "best_gbs": float(cells["bandwidth_gbs"].max())}
 
 
-def _ratios(frame, baseline: dict, candidate: dict, value: str = GPU_TIME) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _ratios(frame, baseline: dict, candidate: dict, value: str = TIME) -> tuple[pd.DataFrame, pd.DataFrame]:
     """baseline time / candidate time (GPU time) at each shape where both have an eligible cell; and the cells left out."""
     cells = _cells(frame)
     arms = {}

@@ -103,9 +103,10 @@ def _check_flag(name, value):
         raise InputError(f"{name} must be a bool, got {value!r}")
 
 
-def window_pair(window_size) -> tuple[int, int]:
+def window_pair(window_size, seqlen_k=None) -> tuple[int, int]:
     """flash-attn's window_size as (left, right) ints, -1 for unbounded: a pair of ints or of
-    0-dim integer tensors (flash-attn's tests pass a tensor), any negative bound unbounded."""
+    0-dim integer tensors (flash-attn's tests pass a tensor), any negative bound unbounded, and
+    (flash-attn's C++ rule) so is a bound of at least `seqlen_k` where it is given."""
     if type(window_size) is tuple and len(window_size) == 2 and all(type(w) is int for w in window_size):
         left, right = window_size  # the common spelling, without the conversions' cost
     else:
@@ -113,7 +114,8 @@ def window_pair(window_size) -> tuple[int, int]:
             left, right = (operator.index(w) for w in window_size)
         except (TypeError, ValueError):
             raise InputError(f"window_size must be a pair of ints (left, right), got {window_size!r}") from None
-    return (left if left >= 0 else -1), (right if right >= 0 else -1)
+    longest = math.inf if seqlen_k is None else seqlen_k
+    return tuple(w if 0 <= w < longest else -1 for w in (left, right))
 
 
 def _check_options(dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
@@ -138,8 +140,7 @@ def _check_options(dropout_p, softmax_scale, causal, window_size, softcap, alibi
 def _features(dropout_p, window_size, softcap, alibi_slopes, deterministic, max_seqlen_k):
     """flash_attention's keyword arguments for the features, with flash-attn's rules: a window
     bound of at least (max_)seqlen_k means unbounded (-1), a softcap of 0 or less is off."""
-    left, right = (-1 if w >= max_seqlen_k else w for w in window_pair(window_size))
-    return dict(dropout_p=float(dropout_p), window_size=(left, right), softcap=max(float(softcap), 0.0),
+    return dict(dropout_p=float(dropout_p), window_size=window_pair(window_size, max_seqlen_k), softcap=max(float(softcap), 0.0),
                 alibi_slopes=alibi_slopes, deterministic=bool(deterministic))
 
 

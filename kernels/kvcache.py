@@ -193,7 +193,7 @@ def flash_attn_with_kvcache(
                        ("return_softmax_lse", return_softmax_lse)):
         if not _is_flag(flag):
             raise InputError(f"{name} must be a bool, got {flag!r}")
-    window = window_pair(window_size)
+    window_pair(window_size)  # checked here; read below, once the cache's capacity is known
     if not (isinstance(softcap, numbers.Real) and math.isfinite(softcap)):
         raise InputError(f"softcap must be a finite float (0 or less: off), got {softcap!r}")
     softcap = max(float(softcap), 0.0)
@@ -238,7 +238,7 @@ def flash_attn_with_kvcache(
         raise InputError(f"If key is supplied, it must have seqlen <= the seqlen of the KV cache: seqlen_q {n_q}, "
                          f"cache {capacity}")  # flash-attn's check and message
     # flash-attn's C++ rule: a window bound of at least the cache's capacity is unbounded (so not local)
-    window = tuple(-1 if w >= capacity else w for w in window)
+    window = window_pair(window_size, capacity)
     if cache_seqlens is None or _is_int(cache_seqlens):
         # known on the host: no read-back, so a dense call with an int length can be captured in a CUDA graph
         length = capacity if cache_seqlens is None else int(cache_seqlens)
