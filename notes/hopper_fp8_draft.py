@@ -12,7 +12,8 @@ asynchronous wgmma, the softmax of one key tile overlapped with P V of the previ
 - Q, K and V are float8_e4m3fn; S = Q K^T and O += P V run as fp8 wgmma (k = 32 an instruction), P
   rounded to e4m3 (as FlashAttention-3 does; the row sums are those of the float32 P) and passed through
   shared memory, one tile a consumer: Triton 3.6 cannot lower the wait on an 8-bit register operand
-  ("Unexpected bitwidth in WGMMAWaitGroupOp: 8"), so P V reads P from shared memory;
+  ("Unexpected bitwidth in WGMMAWaitGroupOp: 8"), so P V reads P from shared memory; or, in the configs
+  with P_IN_REGISTERS (notes/perf.md v21), from registers, the wait after P V naming only the accumulator;
 - fp8 wgmma wants both operands K-major, so V comes transposed, (B, Hkv, D, Nk) with the keys contiguous
   (the copy kernels.attention's fp8 path already makes), streamed as (D, BLOCK_N) tiles;
 - the per-(batch, head) descales: q_descale * k_descale folds into the scores' scale, v_descale into
@@ -66,14 +67,16 @@ def _producer(q_desc, k_desc, vt_desc, q_smem, k_smem, vt_smem, q_bar, k_ready, 
 def _consumer(q_smem, k_smem, vt_smem, p_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Out, Lse,
               block_row, out_block_row, n_total, N_Q, N_K, qk_scale, v_scale, WHICH: gl.constexpr,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-              CAUSAL: gl.constexpr, num_warps: gl.constexpr):
+              CAUSAL: gl.constexpr, P_IN_REGISTERS: gl.constexpr, num_warps: gl.constexpr):
     """One warpgroup, query rows [block_row + WHICH * BLOCK_M, + BLOCK_M), as kernels/_hopper.py's
-    overlapped consumer, on fp8 operands."""
+    overlapped consumer, on fp8 operands. P V reads P from this consumer's shared-memory tile, or with
+    P_IN_REGISTERS from registers (the wait after it then names only the accumulator as its dependency)."""
     dtype: gl.constexpr = q_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                        instr_shape=[16, BLOCK_N, 32])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                        instr_shape=[16, HEAD_DIM, 32])
+    p_op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=4)
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     q_tile = q_smem.index(WHICH)
     p_tile = p_smem.index(WHICH)  # P in shared memory: Triton 3.6 cannot wait on an 8-bit register operand
@@ -99,16 +102,22 @@ def _consumer(q_smem, k_smem, vt_smem, p_smem, q_bar, k_ready, k_empty, v_ready,
     m_i = gl.max(s, axis=1) * qk_scale
     p = gl.exp2(s * qk_scale - gl.expand_dims(m_i, 1))
     l_i = gl.sum(p, axis=1)
-    p_tile.store(p.to(dtype))
-    fence_async_shared()
-    gl.thread_barrier()
+    if P_IN_REGISTERS:
+        p_op = gl.convert_layout(p.to(dtype), p_op_layout)
+    else:
+        p_tile.store(p.to(dtype))
+        fence_async_shared()
+        gl.thread_barrier()
     for i in range(1, n_tiles):
         slot = i % STAGES
         prev = (i - 1) % STAGES
         mbarrier.wait(k_ready.index(slot), (i // STAGES) & 1)
         s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         mbarrier.wait(v_ready.index(prev), ((i - 1) // STAGES) & 1)
-        acc = warpgroup_mma(p_tile, vt_smem.index(prev).permute((1, 0)), acc, is_async=True)
+        if P_IN_REGISTERS:
+            acc = warpgroup_mma(p_op, vt_smem.index(prev).permute((1, 0)), acc, is_async=True)
+        else:
+            acc = warpgroup_mma(p_tile, vt_smem.index(prev).permute((1, 0)), acc, is_async=True)
         s = warpgroup_mma_wait(1, deps=[s])
         mbarrier.arrive(k_empty.index(slot), count=1)
         s = _masked(s, i, rows, cols, mask_from, N_K, causal_offset, BLOCK_N, CAUSAL)
@@ -116,12 +125,18 @@ def _consumer(q_smem, k_smem, vt_smem, p_smem, q_bar, k_ready, k_empty, v_ready,
         acc = warpgroup_mma_wait(0, deps=[acc])  # P_{i-1} V_{i-1} is done: P's tile is free
         mbarrier.arrive(v_empty.index(prev), count=1)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-        p_tile.store(p.to(dtype))
-        fence_async_shared()
-        gl.thread_barrier()
+        if P_IN_REGISTERS:
+            p_op = gl.convert_layout(p.to(dtype), p_op_layout)
+        else:
+            p_tile.store(p.to(dtype))
+            fence_async_shared()
+            gl.thread_barrier()
     last = (n_tiles - 1) % STAGES
     mbarrier.wait(v_ready.index(last), ((n_tiles - 1) // STAGES) & 1)
-    acc = warpgroup_mma(p_tile, vt_smem.index(last).permute((1, 0)), acc, is_async=True)
+    if P_IN_REGISTERS:
+        acc = warpgroup_mma(p_op, vt_smem.index(last).permute((1, 0)), acc, is_async=True)
+    else:
+        acc = warpgroup_mma(p_tile, vt_smem.index(last).permute((1, 0)), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=[acc])
     mbarrier.arrive(v_empty.index(last), count=1)
     for i in range(n_tiles, n_total):  # the other consumer's tiles: release them unread
@@ -147,7 +162,7 @@ def _consumer(q_smem, k_smem, vt_smem, p_smem, q_bar, k_ready, k_empty, v_ready,
 @gluon.jit
 def _hopper_fp8_fwd(q_desc, k_desc, vt_desc, Out, Lse, QDescale, KDescale, VDescale, N_Q, N_K, HEADS, GROUP,
                     qk_scale, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-                    CAUSAL: gl.constexpr, num_warps: gl.constexpr):
+                    CAUSAL: gl.constexpr, P_IN_REGISTERS: gl.constexpr, num_warps: gl.constexpr):
     """A program: 2 x HALF query rows of one (batch, head), as kernels/_hopper.py's `_hopper_fwd`."""
     HALF: gl.constexpr = q_desc.block_type.shape[0]
     pid_m = gl.program_id(0)
@@ -188,10 +203,10 @@ def _hopper_fp8_fwd(q_desc, k_desc, vt_desc, Out, Lse, QDescale, KDescale, VDesc
     gl.warp_specialize([
         (_consumer, (q_smem, k_smem, vt_smem, p_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Out, Lse,
                      block_row, q_row, n_total, N_Q, N_K, scale, v_scale, 0, HALF, BLOCK_N, HEAD_DIM, STAGES, CAUSAL,
-                     num_warps)),
+                     P_IN_REGISTERS, num_warps)),
         (_consumer, (q_smem, k_smem, vt_smem, p_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Out, Lse,
                      block_row, q_row, n_total, N_Q, N_K, scale, v_scale, 1, HALF, BLOCK_N, HEAD_DIM, STAGES, CAUSAL,
-                     num_warps)),
+                     P_IN_REGISTERS, num_warps)),
         (_producer, (q_desc, k_desc, vt_desc, q_smem, k_smem, vt_smem, q_bar, k_ready, k_empty, v_ready, v_empty,
                      q_row, kv_row, vt_row, n_total, BLOCK_N, STAGES)),
     ], [_CONSUMER_WARPS, 1], [_CONSUMER_REGS, _PRODUCER_REGS])
@@ -205,7 +220,7 @@ def _rows_descriptor(t: torch.Tensor, block_rows: int, block_cols: int) -> Tenso
 
 
 def kernel_args(q, k, v_t, out, lse, q_descale, k_descale, v_descale, softmax_scale: float, causal: bool,
-                block_n: int = 128, stages: int = 3):
+                block_n: int = 128, stages: int = 3, p_in_registers: bool = False):
     """The arguments of one launch; v_t is V transposed, (B, Hkv, D, Nk) contiguous."""
     batch, heads, n_q, head_dim = q.shape
     kv_heads, n_k = k.shape[1], k.shape[2]
@@ -213,11 +228,11 @@ def kernel_args(q, k, v_t, out, lse, q_descale, k_descale, v_descale, softmax_sc
             _rows_descriptor(v_t, head_dim, block_n), out, lse, q_descale, k_descale, v_descale, n_q, n_k, heads,
             heads // kv_heads, softmax_scale * _hopper.LOG2E)
     return args, dict(BLOCK_N=block_n, HEAD_DIM=head_dim, STAGES=stages, CAUSAL=bool(causal),
-                      num_warps=CONSUMER_WARPS)
+                      P_IN_REGISTERS=bool(p_in_registers), num_warps=CONSUMER_WARPS)
 
 
 def hopper_fp8_forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale: float, causal: bool,
-                       block_n: int = 128, stages: int = 3):
+                       block_n: int = 128, stages: int = 3, p_in_registers: bool = False):
     """(out (B, H, Nq, D) bfloat16, lse (B, H, Nq) float32) of fp8 q, k, v (B, H|Hkv, N, D) dense, with float32
     (B, H) / (B, Hkv) descales; Nk a multiple of 16 (V^T's rows must be 16-byte aligned for TMA)."""
     batch, heads, n_q, head_dim = q.shape
@@ -225,12 +240,12 @@ def hopper_fp8_forward(q, k, v, q_descale, k_descale, v_descale, softmax_scale: 
     out = torch.empty(q.shape, device=q.device, dtype=torch.bfloat16)
     lse = torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32)
     args, constants = kernel_args(q, k, v_t, out, lse, q_descale.contiguous(), k_descale.contiguous(),
-                                  v_descale.contiguous(), softmax_scale, causal, block_n, stages)
+                                  v_descale.contiguous(), softmax_scale, causal, block_n, stages, p_in_registers)
     _hopper_fp8_fwd[(triton.cdiv(n_q, BLOCK_M), batch * heads)](*args, **constants, maxnreg=MAX_REGS)
     return out, lse
 
 
-def compile_report(head_dim: int, causal: bool, block_n: int = 128, stages: int = 3) -> str:
+def compile_report(head_dim: int, causal: bool, block_n: int = 128, stages: int = 3, p_in_registers: bool = False) -> str:
     """One configuration compiled for sm_90a: shared memory, MMA counts and ptxas' report."""
     from gluon_compile import compile_sm90
 
@@ -239,14 +254,16 @@ def compile_report(head_dim: int, causal: bool, block_n: int = 128, stages: int 
     xt = torch.empty(1, 2, head_dim, n, dtype=torch.float8_e4m3fn)
     f32 = torch.empty(2, dtype=torch.float32)
     args, constants = kernel_args(x, x, xt, torch.empty(1, 2, n, head_dim, dtype=torch.bfloat16), f32, f32, f32,
-                                  f32, head_dim ** -0.5, causal, block_n, stages)
+                                  f32, head_dim ** -0.5, causal, block_n, stages, p_in_registers)
     compiled, ptx, arch, info, seconds = compile_sm90(_hopper_fp8_fwd, args, constants, MAX_REGS)
-    return (f"fp8 d{head_dim} causal={causal} block_n={block_n} stages={stages}: {arch} "
+    return (f"fp8 d{head_dim} causal={causal} block_n={block_n} stages={stages} p_regs={p_in_registers}: {arch} "
             f"shared={compiled.metadata.shared} wgmma={ptx.count('wgmma.mma_async')} "
             f"e4m3={ptx.count('e4m3')} ({seconds:.1f} s) | {info}")
 
 
-CONFIGS = [(128, 3), (128, 2), (256, 2)]  # (block_n, stages)
+# (block_n, stages, P in registers): P through shared memory (measured in v15), and P kept in registers
+# (notes/perf.md v21; 256-key tiles spill there)
+CONFIGS = [(128, 3, False), (128, 2, False), (256, 2, False), (128, 2, True), (128, 3, True), (128, 4, True)]
 
 
 def check() -> None:
@@ -268,14 +285,15 @@ def check() -> None:
             ref, ref_lse = attention_reference(*deq, causal=causal, softmax_scale=head_dim ** -0.5)
             portable, portable_lse = flash_attention(q8, k8, v8, causal=causal, return_lse=True, q_descale=qd,
                                                      k_descale=kd, v_descale=vd)
-            for block_n, stages in CONFIGS:
-                out, lse = hopper_fp8_forward(q8, k8, v8, qd, kd, vd, head_dim ** -0.5, causal, block_n, stages)
+            for block_n, stages, p_regs in CONFIGS:
+                out, lse = hopper_fp8_forward(q8, k8, v8, qd, kd, vd, head_dim ** -0.5, causal, block_n, stages,
+                                              p_regs)
                 rel = ((out.double() - ref).norm() / ref.norm()).item()
                 rel_portable = ((portable.double() - ref).norm() / ref.norm()).item()
                 lse_err = (lse.double() - ref_lse).abs().max().item()
                 ok = rel <= 1.5 * rel_portable + 1e-3 and lse_err <= 2 * (portable_lse.double() - ref_lse).abs().max().item() + 1e-3
                 print(f"{'ok' if ok else 'FAIL'} {batch}x{heads}/{kv_heads}x{n_q}x{n_k} d{head_dim} causal={causal} "
-                      f"block_n={block_n} stages={stages}: rel rms {rel:.4f} (portable fp8 {rel_portable:.4f}), "
+                      f"block_n={block_n} stages={stages} p_regs={p_regs}: rel rms {rel:.4f} (portable fp8 {rel_portable:.4f}), "
                       f"lse max err {lse_err:.2e}", flush=True)
 
 
@@ -286,7 +304,7 @@ def bench(head_dims=(128, 64)) -> None:
 
     from kernels import flash_attention
 
-    print("head_dim,causal,seqlen," + ",".join(f"gluon_fp8_n{n}s{s}" for n, s in CONFIGS)
+    print("head_dim,causal,seqlen," + ",".join(f"gluon_fp8_n{n}s{s}{'r' if r else ''}" for n, s, r in CONFIGS)
           + ",portable_fp8,default_fp16,best_over_fp16", flush=True)
     for head_dim in head_dims:
         for causal in (False, True):
@@ -297,8 +315,8 @@ def bench(head_dims=(128, 64)) -> None:
                 ones = torch.ones(shape[:2], device="cuda")
                 flop = 4 * shape[0] * shape[1] * n * n * head_dim / (2 if causal else 1)
                 times = [do_bench(lambda: hopper_fp8_forward(q8, k8, v8, ones, ones, ones, head_dim ** -0.5, causal,
-                                                             bn, st), warmup=10, rep=50, return_mode="median")
-                         for bn, st in CONFIGS]
+                                                             bn, st, r), warmup=10, rep=50, return_mode="median")
+                         for bn, st, r in CONFIGS]
                 portable = do_bench(lambda: flash_attention(q8, k8, v8, causal=causal), warmup=10, rep=50,
                                     return_mode="median")
                 fp16 = do_bench(lambda: flash_attention(q, k, v, causal=causal), warmup=10, rep=50,
@@ -321,11 +339,11 @@ def main() -> int:
         return 0
     for head_dim in (128, 64):
         for causal in (False, True):
-            for block_n, stages in CONFIGS:
+            for block_n, stages, p_regs in CONFIGS:
                 try:
-                    print(compile_report(head_dim, causal, block_n, stages), flush=True)
+                    print(compile_report(head_dim, causal, block_n, stages, p_regs), flush=True)
                 except Exception as error:  # noqa: BLE001 - report and go on (shared memory, layouts)
-                    print(f"fp8 d{head_dim} causal={causal} block_n={block_n} stages={stages}: "
+                    print(f"fp8 d{head_dim} causal={causal} block_n={block_n} stages={stages} p_regs={p_regs}: "
                           f"{type(error).__name__}: {str(error).strip().splitlines()[-1][:300]}", flush=True)
     return 0
 
