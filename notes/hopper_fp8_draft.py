@@ -64,6 +64,20 @@ def _producer(q_desc, k_desc, vt_desc, q_smem, k_smem, vt_smem, q_bar, k_ready, 
 
 
 @gluon.jit
+def _p_operand(p, p_tile, p_op_layout: gl.constexpr, P_IN_REGISTERS: gl.constexpr):
+    """P V's A operand from the probabilities p: p in the dot-operand layout (P_IN_REGISTERS), or p stored into
+    this consumer's shared-memory tile and fenced for the MMA."""
+    if P_IN_REGISTERS:
+        operand = gl.convert_layout(p.to(p_tile.dtype), p_op_layout)
+    else:
+        p_tile.store(p.to(p_tile.dtype))
+        fence_async_shared()
+        gl.thread_barrier()
+        operand = p_tile
+    return operand
+
+
+@gluon.jit
 def _consumer(q_smem, k_smem, vt_smem, p_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Out, Lse,
               block_row, out_block_row, n_total, N_Q, N_K, qk_scale, v_scale, WHICH: gl.constexpr,
               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
@@ -71,7 +85,6 @@ def _consumer(q_smem, k_smem, vt_smem, p_smem, q_bar, k_ready, k_empty, v_ready,
     """One warpgroup, query rows [block_row + WHICH * BLOCK_M, + BLOCK_M), as kernels/_hopper.py's
     overlapped consumer, on fp8 operands. P V reads P from this consumer's shared-memory tile, or with
     P_IN_REGISTERS from registers (the wait after it then names only the accumulator as its dependency)."""
-    dtype: gl.constexpr = q_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                        instr_shape=[16, BLOCK_N, 32])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
@@ -102,22 +115,14 @@ def _consumer(q_smem, k_smem, vt_smem, p_smem, q_bar, k_ready, k_empty, v_ready,
     m_i = gl.max(s, axis=1) * qk_scale
     p = gl.exp2(s * qk_scale - gl.expand_dims(m_i, 1))
     l_i = gl.sum(p, axis=1)
-    if P_IN_REGISTERS:
-        p_op = gl.convert_layout(p.to(dtype), p_op_layout)
-    else:
-        p_tile.store(p.to(dtype))
-        fence_async_shared()
-        gl.thread_barrier()
+    p_op = _p_operand(p, p_tile, p_op_layout, P_IN_REGISTERS)
     for i in range(1, n_tiles):
         slot = i % STAGES
         prev = (i - 1) % STAGES
         mbarrier.wait(k_ready.index(slot), (i // STAGES) & 1)
         s = warpgroup_mma(q_tile, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
         mbarrier.wait(v_ready.index(prev), ((i - 1) // STAGES) & 1)
-        if P_IN_REGISTERS:
-            acc = warpgroup_mma(p_op, vt_smem.index(prev).permute((1, 0)), acc, is_async=True)
-        else:
-            acc = warpgroup_mma(p_tile, vt_smem.index(prev).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma(p_op, vt_smem.index(prev).permute((1, 0)), acc, is_async=True)
         s = warpgroup_mma_wait(1, deps=[s])
         mbarrier.arrive(k_empty.index(slot), count=1)
         s = _masked(s, i, rows, cols, mask_from, N_K, causal_offset, BLOCK_N, CAUSAL)
@@ -125,18 +130,10 @@ def _consumer(q_smem, k_smem, vt_smem, p_smem, q_bar, k_ready, k_empty, v_ready,
         acc = warpgroup_mma_wait(0, deps=[acc])  # P_{i-1} V_{i-1} is done: P's tile is free
         mbarrier.arrive(v_empty.index(prev), count=1)
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-        if P_IN_REGISTERS:
-            p_op = gl.convert_layout(p.to(dtype), p_op_layout)
-        else:
-            p_tile.store(p.to(dtype))
-            fence_async_shared()
-            gl.thread_barrier()
+        p_op = _p_operand(p, p_tile, p_op_layout, P_IN_REGISTERS)
     last = (n_tiles - 1) % STAGES
     mbarrier.wait(v_ready.index(last), ((n_tiles - 1) // STAGES) & 1)
-    if P_IN_REGISTERS:
-        acc = warpgroup_mma(p_op, vt_smem.index(last).permute((1, 0)), acc, is_async=True)
-    else:
-        acc = warpgroup_mma(p_tile, vt_smem.index(last).permute((1, 0)), acc, is_async=True)
+    acc = warpgroup_mma(p_op, vt_smem.index(last).permute((1, 0)), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=[acc])
     mbarrier.arrive(v_empty.index(last), count=1)
     for i in range(n_tiles, n_total):  # the other consumer's tiles: release them unread
