@@ -35,6 +35,42 @@ def cdiv(a, b):
     return -(-a // b)
 
 
+def program_tiles(block_row, n_q, n_k, win_left, win_right, block_n, CAUSAL, WINDOW) -> tuple[int, int]:
+    """_hopper_fwd's ring for the program of query rows [block_row, + 2 x HALF): (first_tile, n_total)."""
+    off = n_k - n_q
+    if WINDOW:
+        first_tile = max(min(block_row, n_q - 1) + off - win_left, 0) // block_n
+        last_row = min(block_row + 2 * HALF - 1, n_q - 1)
+        n_total = cdiv(min(last_row + off + win_right + 1, n_k), block_n) - first_tile
+    else:
+        first_tile = 0
+        n_total = cdiv(min(n_k, block_row + 2 * HALF + off), block_n) if CAUSAL else cdiv(n_k, block_n)
+    return first_tile, n_total
+
+
+def consumer_tiles(row0, n_q, n_k, win_left, win_right, block_n, first_tile, n_total, CAUSAL,
+                   WINDOW) -> tuple[int, int, int, int, int]:
+    """_consumer's own ring tiles [t0, n_tiles) for query rows [row0, + HALF) and its mask bounds:
+    (base, t0, n_tiles, full_from, mask_from), key tile = base + ring tile."""
+    off = n_k - n_q
+    if WINDOW:
+        first = min(row0, n_q - 1) + off
+        last = min(row0 + HALF - 1, n_q - 1) + off
+        base = first_tile
+        t0 = max(first - win_left, 0) // block_n - base
+        n_tiles = cdiv(min(last + win_right + 1, n_k), block_n) - base
+        full_from = last - win_left
+        mask_from = min(first + win_right + 1, n_k)
+    else:
+        base, t0, full_from = 0, 0, 0
+        if CAUSAL:
+            n_tiles = cdiv(min(n_k, row0 + HALF + off), block_n)
+            mask_from = min(n_k, row0 + off + 1)
+        else:
+            n_tiles, mask_from = n_total, n_k
+    return base, t0, n_tiles, full_from, mask_from
+
+
 def emulate(q, k, v, scale, causal, window, softcap, slopes):
     """out (B, H, Nq, D) and lse (B, H, Nq) as the kernel computes them, in float64."""
     b, h, n_q, d = q.shape
@@ -56,32 +92,14 @@ def emulate(q, k, v, scale, causal, window, softcap, slopes):
             slope_log2 = float(slopes[z, hh]) * LOG2E if ALIBI else 0.0
             for pid in range(cdiv(n_q, 2 * HALF)):
                 block_row = pid * 2 * HALF
-                if WINDOW:
-                    first_tile = max(min(block_row, n_q - 1) + off - win_left, 0) // block_n
-                    last_row = min(block_row + 2 * HALF - 1, n_q - 1)
-                    n_total = cdiv(min(last_row + off + win_right + 1, n_k), block_n) - first_tile
-                else:
-                    first_tile = 0
-                    n_total = cdiv(min(n_k, block_row + 2 * HALF + off), block_n) if CAUSAL else cdiv(n_k, block_n)
+                first_tile, n_total = program_tiles(block_row, n_q, n_k, win_left, win_right, block_n, CAUSAL, WINDOW)
                 assert n_total >= 1 and first_tile >= 0 and (first_tile + n_total - 1) * block_n < n_k
                 for which in (0, 1):
                     row0 = block_row + which * HALF
                     rows = torch.arange(row0, row0 + HALF)
-                    if WINDOW:
-                        first = min(row0, n_q - 1) + off
-                        last = min(row0 + HALF - 1, n_q - 1) + off
-                        base = first_tile
-                        t0 = max(first - win_left, 0) // block_n - base
-                        n_tiles = cdiv(min(last + win_right + 1, n_k), block_n) - base
-                        full_from = last - win_left
-                        mask_from = min(first + win_right + 1, n_k)
-                    else:
-                        base, t0, full_from = 0, 0, 0
-                        if CAUSAL:
-                            n_tiles = cdiv(min(n_k, row0 + HALF + off), block_n)
-                            mask_from = min(n_k, row0 + off + 1)
-                        else:
-                            n_tiles, mask_from = n_total, n_k
+                    base, t0, n_tiles, full_from, mask_from = consumer_tiles(row0, n_q, n_k, win_left, win_right,
+                                                                             block_n, first_tile, n_total, CAUSAL,
+                                                                             WINDOW)
                     assert 0 <= t0 < n_tiles <= n_total, (t0, n_tiles, n_total)
                     sm_scale = 1.0 if (SOFTCAP or ALIBI) else qk_scale
                     m_i = torch.full((HALF,), -math.inf, dtype=torch.float64)

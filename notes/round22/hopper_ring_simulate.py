@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import random
 import sys
+from pathlib import Path
 
 from kernels.options import AttentionOptions
 
-HALF, BLOCK_N = 64, 128
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hopper_features_emulate import HALF, consumer_tiles, program_tiles  # noqa: E402 (the kernel's ranges)
 
-
-def cdiv(a, b):
-    return -(-a // b)
+BLOCK_N = 128
 
 
 class Barrier:
@@ -112,19 +112,13 @@ def main(cases: int) -> int:
                              window_right=right).kernel_args(n_q, n_k, None, None, None)
         if not f["WINDOW"]:
             continue
-        win_left, win_right, off = f["win_left"], f["win_right"], n_k - n_q
+        win_left, win_right = f["win_left"], f["win_right"]
         if n_q > n_k + win_right:
             continue  # refused by hopper_unsupported
         for block_row in range(0, n_q, 2 * HALF):
-            first_tile = max(min(block_row, n_q - 1) + off - win_left, 0) // BLOCK_N
-            last_row = min(block_row + 2 * HALF - 1, n_q - 1)
-            n_total = cdiv(min(last_row + off + win_right + 1, n_k), BLOCK_N) - first_tile
-            ranges = []
-            for which in (0, 1):
-                row0 = block_row + which * HALF
-                first, last = min(row0, n_q - 1) + off, min(row0 + HALF - 1, n_q - 1) + off
-                ranges.append((max(first - win_left, 0) // BLOCK_N - first_tile,
-                               cdiv(min(last + win_right + 1, n_k), BLOCK_N) - first_tile))
+            first_tile, n_total = program_tiles(block_row, n_q, n_k, win_left, win_right, BLOCK_N, False, True)
+            ranges = [consumer_tiles(block_row + which * HALF, n_q, n_k, win_left, win_right, BLOCK_N, first_tile,
+                                     n_total, False, True)[1:3] for which in (0, 1)]
             for stages in (2, 3):
                 for overlap in (True, False):
                     bars = {name: [Barrier(1 if "ready" in name else 2) for _ in range(stages)]
