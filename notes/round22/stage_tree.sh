@@ -4,8 +4,8 @@
 # kernels (a grid step, say). The tree is HEAD with v19 restored (605a4d4 reverted, unless HEAD already
 # has it) and the given patches applied with `git am -3`; it holds kernels/, tests/, experiments/,
 # analysis/, pyproject.toml and notes/round22.
-#   bash notes/round22/stage_tree.sh v22 notes/round22/000[1-4]-*.patch
-#   bash notes/round22/stage_tree.sh all notes/round22/000[1-6]-*.patch
+#   bash notes/round22/stage_tree.sh v22 notes/round22/000[1-5]-*.patch
+#   bash notes/round22/stage_tree.sh all notes/round22/000[1-7]-*.patch
 # then on the device (carry [".whl", ".devstate"]):
 #   cd .devstate/v22 && PYTHONPATH=$OLDPWD/.site:$PWD python3 -m pytest -n 14 -q tests/test_hopper.py
 set -euo pipefail
