@@ -15,7 +15,7 @@ the torch.library ops and autograd, `flash_attn_interface.py` flash-attn's six p
 (dense, packed, varlen) over them,
 `_decode.py` the split-KV decoding kernels and `kvcache.py` flash-attn's `flash_attn_with_kvcache` over them, `tiles.py` the tile configs, `reference.py` the float64
 reference and standard attention. `_hopper.py` is the Hopper (sm_90) forward in Triton's Gluon
-dialect, the default on sm_90 at head dim 128 and at 64 from 4096 keys, where it covers the call (`flash_attention(...,
+dialect, the default on sm_90 at head dims 96, 128, 192 and 256 and at 64 from 4096 keys, where it covers the call (`flash_attention(...,
 hopper=None)`; True forces it, False the portable forward), `_hopper_bwd.py` the one-pass Hopper
 backward in Gluon, the default on sm_90 at head dims 64 and 128
 (`hopper_backward=None`; True forces it, False and deterministic=True the portable backward).

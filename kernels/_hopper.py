@@ -15,10 +15,13 @@ FlashAttention-3:
 - causal programs are launched longest first (the query blocks nearest the end of the sequence
   have the most keys).
 
-It covers float16 and bfloat16, head dims 64 and 128, any sequence lengths (causal with
-seqlen_q <= seqlen_k, aligned bottom-right as flash-attn does), grouped-query attention, and the
-(B, H, N, D) layout with N rows of one head contiguous. `hopper_unsupported` names what a call
-needs beyond that; `kernels.attention` raises NotImplementedError with it. The output and the
+It covers float16 and bfloat16, head dims 64, 96, 128, 192 and 256, any sequence lengths (causal
+with seqlen_q <= seqlen_k, aligned bottom-right as flash-attn does), grouped-query attention, and the
+(B, H, N, D) layout with N rows of one head contiguous. Head dims 96 and 192 are computed in the
+tiles of 128 and 256 (`kernels.tiles.padded_head_dim`): the TMA boxes reach past the head's last
+column, the copy engine fills those columns with zeros, so Q K^T sums zeros there and P V fills
+columns that are not stored. `hopper_unsupported` names what a call needs beyond that;
+`kernels.attention` raises NotImplementedError with it. The output and the
 log-sum-exp follow the portable forward's conventions, so the portable backward runs unchanged
 after it. Nothing here runs on Triton's interpreter: the kernel needs an sm_90 GPU.
 """
@@ -34,10 +37,11 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from kernels._launch import launch_keyed, row_descriptor
+from kernels.tiles import padded_head_dim
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
-HEAD_DIMS = (64, 128)
+HEAD_DIMS = (64, 96, 128, 192, 256)
 HALF_M = 64  # query rows of one consumer warpgroup; a program holds two
 BLOCK_M = 2 * HALF_M
 CONSUMER_WARPS = 4  # one warpgroup: the default partition, and the second consumer
@@ -50,20 +54,28 @@ _CONSUMER_REGS = gl.constexpr(240)  # then setmaxnreg: 2 x 128 threads x 240 + 1
 _PRODUCER_REGS = gl.constexpr(24)  # the producer only computes coordinates
 
 
+# (BLOCK_N, STAGES) per padded head dim: the K/V ring must fit beside Q in 227 KB of shared memory
+# (at 256: Q 64 KB and two stages of 64-key K and V tiles, 128 KB; the consumers' O accumulator takes
+# 128 of their 240 registers).
+_CONFIGS = {64: (128, 3), 128: (128, 2), 256: (64, 2)}
+
+
 def default_config(head_dim: int) -> tuple[int, int]:
-    """(BLOCK_N, STAGES): the K/V ring must fit beside Q in 227 KB of shared memory."""
-    return (128, 2) if head_dim == 128 else (128, 3)
+    """(BLOCK_N, STAGES) of the forward at this head dim."""
+    return _CONFIGS[padded_head_dim(head_dim)]
 
 
-def hopper_unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> list[str]:
-    """What this call needs that the Hopper forward lacks (empty: it can run)."""
+def hopper_unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                       head_dims: tuple[int, ...] = HEAD_DIMS) -> list[str]:
+    """What this call needs that the Hopper forward (or a Hopper kernel covering `head_dims`) lacks
+    (empty: it can run)."""
     missing = []
     if not (q.is_cuda and _capability(q.device.index) == (9, 0)):
         missing.append("a compute capability 9.0 (Hopper) GPU")
     if q.dtype not in (torch.float16, torch.bfloat16):
         missing.append(f"dtype {q.dtype} (float16 and bfloat16 only)")
-    if q.shape[-1] not in HEAD_DIMS:
-        missing.append(f"head dim {q.shape[-1]} (64 and 128 only)")
+    if q.shape[-1] not in head_dims:
+        missing.append(f"head dim {q.shape[-1]} ({spoken(head_dims)} only)")
     if causal and q.shape[2] > k.shape[2]:
         missing.append("causal attention with seqlen_q > seqlen_k")
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -71,6 +83,11 @@ def hopper_unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal
             missing.append(f"{name}'s strides {tuple(t.stride())} ((B, H, N, D) with each head's rows contiguous, "
                            "16-byte aligned)")
     return missing
+
+
+def spoken(head_dims: tuple[int, ...]) -> str:
+    """(64, 96, 128) -> "64, 96 and 128"."""
+    return ", ".join(map(str, head_dims[:-1])) + f" and {head_dims[-1]}" if len(head_dims) > 1 else str(head_dims[0])
 
 
 @functools.lru_cache(maxsize=None)
@@ -140,11 +157,12 @@ def _online_softmax(s, m_i, l_i, qk_scale):
 @gluon.jit
 def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Out, Lse,
               block_row, out_block_row, n_total, N_Q, N_K, qk_scale, WHICH: gl.constexpr,
-              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-              CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, num_warps: gl.constexpr):
+              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, OUT_DIM: gl.constexpr,
+              STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, num_warps: gl.constexpr):
     """One warpgroup, query rows [block_row + WHICH * BLOCK_M, + BLOCK_M): the online softmax over
     the key tiles it can see, then O / l and the lse. It releases every slot the producer fills,
-    also those of tiles past its own causal bound."""
+    also those of tiles past its own causal bound. HEAD_DIM is the tiles' head dim, OUT_DIM the
+    output's (its first OUT_DIM columns are stored)."""
     dtype: gl.constexpr = q_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -231,8 +249,8 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty,
     inv_l = gl.convert_layout(1.0 / l_i, gl.SliceLayout(1, o_layout))
     o = (acc * gl.expand_dims(inv_l, 1)).to(dtype)
     out_row = out_block_row + WHICH * BLOCK_M
-    in_rows = gl.expand_dims(row0 + o_rows < N_Q, 1) & gl.expand_dims(o_cols < HEAD_DIM, 0)  # (rows, cols) shape
-    offsets = (out_row + gl.expand_dims(o_rows, 1)).to(gl.int64) * HEAD_DIM + gl.expand_dims(o_cols, 0)
+    in_rows = gl.expand_dims(row0 + o_rows < N_Q, 1) & gl.expand_dims(o_cols < OUT_DIM, 0)  # (rows, cols) shape
+    offsets = (out_row + gl.expand_dims(o_rows, 1)).to(gl.int64) * OUT_DIM + gl.expand_dims(o_cols, 0)
     gl.store(Out + offsets, o, mask=in_rows)
     lse = (m_i + gl.log2(l_i)) * _LN2
     gl.store(Lse + (out_row + gl.arange(0, BLOCK_M, layout=row_layout)).to(gl.int64), lse, mask=rows < N_Q)
@@ -240,7 +258,7 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty,
 
 @gluon.jit
 def _hopper_fwd(q_desc, k_desc, v_desc, Out, Lse, N_Q, N_K, HEADS, GROUP, qk_scale,
-                BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+                BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, OUT_DIM: gl.constexpr, STAGES: gl.constexpr,
                 CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, num_warps: gl.constexpr):
     """A program: 2 x HALF query rows of one (batch, head); warps: consumer 0 (the default
     partition), consumer 1 and the producer."""
@@ -276,21 +294,24 @@ def _hopper_fwd(q_desc, k_desc, v_desc, Out, Lse, N_Q, N_K, HEADS, GROUP, qk_sca
 
     gl.warp_specialize([
         (_consumer, (q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Out, Lse,
-                     block_row, q_row, n_total, N_Q, N_K, qk_scale, 0, HALF, BLOCK_N, HEAD_DIM, STAGES, CAUSAL,
-                     OVERLAP, num_warps)),
+                     block_row, q_row, n_total, N_Q, N_K, qk_scale, 0, HALF, BLOCK_N, HEAD_DIM, OUT_DIM, STAGES,
+                     CAUSAL, OVERLAP, num_warps)),
         (_consumer, (q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, Out, Lse,
-                     block_row, q_row, n_total, N_Q, N_K, qk_scale, 1, HALF, BLOCK_N, HEAD_DIM, STAGES, CAUSAL,
-                     OVERLAP, num_warps)),
+                     block_row, q_row, n_total, N_Q, N_K, qk_scale, 1, HALF, BLOCK_N, HEAD_DIM, OUT_DIM, STAGES,
+                     CAUSAL, OVERLAP, num_warps)),
         (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty,
                      q_row, kv_row, n_total, BLOCK_N, STAGES)),
     ], [_CONSUMER_WARPS, 1], [_CONSUMER_REGS, _PRODUCER_REGS])
 
 
-def _descriptor(t: torch.Tensor, block_rows: int) -> TensorDescriptor:
+def _descriptor(t: torch.Tensor, block_rows: int, block_cols: int | None = None) -> TensorDescriptor:
+    """t as one (B*H*N, D) matrix, in blocks of block_rows x block_cols (D by default; wider blocks
+    read zeros past column D)."""
     b, h, n, d = t.shape
-    layout = gl.NVMMASharedLayout.get_default_for([block_rows, d], gl.float16 if t.dtype == torch.float16
+    block_cols = block_cols or d
+    layout = gl.NVMMASharedLayout.get_default_for([block_rows, block_cols], gl.float16 if t.dtype == torch.float16
                                                   else gl.bfloat16)
-    return TensorDescriptor(t, [b * h * n, d], [d, 1], [block_rows, d], layout)
+    return TensorDescriptor(t, [b * h * n, d], [d, 1], [block_rows, block_cols], layout)
 
 
 def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool,
@@ -304,17 +325,19 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_sc
     batch, heads, n_q, head_dim = q.shape
     kv_heads, n_k = k.shape[1], k.shape[2]
     q, k, v = aligned(q), aligned(k), aligned(v)
+    tile_dim = padded_head_dim(head_dim)
     default_n, default_stages = default_config(head_dim)
     block_n, stages = block_n or default_n, stages or default_stages
     out = torch.empty((batch, heads, n_q, head_dim), device=q.device, dtype=q.dtype)
     lse = torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32)
     grid = (triton.cdiv(n_q, BLOCK_M), batch * heads)
     scalars = (n_q, n_k, heads, heads // kv_heads, softmax_scale * LOG2E)
-    constants = (block_n, head_dim, stages, bool(causal), bool(overlap), CONSUMER_WARPS)
+    constants = (block_n, tile_dim, head_dim, stages, bool(causal), bool(overlap), CONSUMER_WARPS)
 
     def jit_launch():
-        return _hopper_fwd[grid](_descriptor(q, HALF_M), _descriptor(k, block_n), _descriptor(v, block_n), out, lse,
-                                 *scalars, BLOCK_N=block_n, HEAD_DIM=head_dim, STAGES=stages, CAUSAL=bool(causal),
+        return _hopper_fwd[grid](_descriptor(q, HALF_M, tile_dim), _descriptor(k, block_n, tile_dim),
+                                 _descriptor(v, block_n, tile_dim), out, lse, *scalars, BLOCK_N=block_n,
+                                 HEAD_DIM=tile_dim, OUT_DIM=head_dim, STAGES=stages, CAUSAL=bool(causal),
                                  OVERLAP=bool(overlap), num_warps=CONSUMER_WARPS, maxnreg=MAX_REGS)
 
     launch_keyed(("hopper_fwd", q.dtype, tuple(q.shape), tuple(k.shape), constants), grid,

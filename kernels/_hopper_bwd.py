@@ -28,7 +28,7 @@ so the launch can give every thread 255 registers, where the 12 warps of a produ
 168 and the plain consumers spill 172-308 bytes); "plain" (`_consumer` with the producer) stays for
 the tests and probes.
 
-It covers what the Hopper forward covers (float16 and bfloat16, head dims 64 and 128, causal with
+It covers what the Hopper forward covers at head dims 64 and 128 (float16 and bfloat16, causal with
 seqlen_q <= seqlen_k and full masks, grouped-query attention, (B, H, N, D) inputs whose heads' rows
 are contiguous) and none of the training features; `kernels._hopper.hopper_unsupported` names the
 rest. Q, K, V and dO are read as one (B*H*N, D) matrix: rows past a head's end belong to the next
@@ -52,6 +52,7 @@ from kernels._backward import _attn_bwd_delta
 from kernels._forward import strides
 from kernels._launch import launch_kernel, launch_keyed, row_descriptor
 
+HEAD_DIMS = (64, 128)  # of the forward's (kernels/_hopper.py), those this backward covers
 HALF_N = 64  # keys of one consumer warpgroup; a program holds two
 BLOCK_N = 2 * HALF_N
 BLOCK_M = 64  # query rows of one streamed tile

@@ -64,8 +64,10 @@ ALGORITHMS = ("fa2", "fa1")
 # (on sm_90, where it covers the call). On the H200 it is 1.25-1.37x the portable forward at 128 at every
 # length (the `hopper` ablation at 1e32447). At 64 it is 1.04-1.14x from 4k keys but 0.80-0.97x at 512-2k
 # (the `speed` ablation at 360c663, which ran it at every length; notes/perf.md v17): a short row of key
-# tiles does not pay for the warp-specialised kernel's setup at that head dim.
-HOPPER_FORWARD_MIN_KEYS = {64: 4096, 128: 0}
+# tiles does not pay for the warp-specialised kernel's setup at that head dim. At 96, 192 and 256 it is
+# 1.16-1.49x, 1.46-1.89x and 1.46-1.96x the portable forward at every length from 512, full and causal
+# (notes/round19/hopper_head_dims_probe_h200.csv, fp16, one process; notes/perf.md v19).
+HOPPER_FORWARD_MIN_KEYS = {64: 4096, 96: 0, 128: 0, 192: 0, 256: 0}
 # (head dim, causal) at which flash_attention runs the Hopper backward (kernels/_hopper_bwd.py) when
 # `hopper_backward` is not given, deterministic=False and the kernel covers the call: every pair it
 # covers, as it is faster than the portable backward there on the H200 (the 8a451f2 archive's hopper
@@ -370,7 +372,14 @@ def _hopper_gaps(q, k, v, opts: AttentionOptions, alibi, varlen: bool, tiles, sw
                                    ("seq_parallel=False", not opts.seq_parallel),
                                    ("skip_masked_tiles=False", not opts.skip_masked_tiles),
                                    ("atomic_dq=True", switch != "hopper" and opts.atomic_dq)) if on]
-    return used + hopper_unsupported(q, k, v, opts.causal)
+    return used + hopper_unsupported(q, k, v, opts.causal, _hopper_head_dims(switch))
+
+
+def _hopper_head_dims(switch: str) -> tuple[int, ...]:
+    """The head dims the Hopper forward (switch "hopper") or backward ("hopper_backward") covers."""
+    from kernels import _hopper, _hopper_bwd
+
+    return _hopper.HEAD_DIMS if switch == "hopper" else _hopper_bwd.HEAD_DIMS
 
 
 def _check_hopper(q, k, v, opts: AttentionOptions, alibi, varlen: bool, tiles, switch: str = "hopper") -> None:
@@ -378,9 +387,12 @@ def _check_hopper(q, k, v, opts: AttentionOptions, alibi, varlen: bool, tiles, s
     that the Hopper kernel lacks; nothing is ignored or quietly sent elsewhere."""
     used = _hopper_gaps(q, k, v, opts, alibi, varlen, tiles, switch)
     if used:
+        from kernels._hopper import spoken
+
         which = "forward" if switch == "hopper" else "backward"
         raise NotImplementedError(f"{switch}=True does not support {'; '.join(used)}: the Hopper {which} covers "
-                                  "float16/bfloat16, head dims 64 and 128, causal and full masks and GQA on sm_90 "
+                                  f"float16/bfloat16, head dims {spoken(_hopper_head_dims(switch))}, causal and full "
+                                  "masks and GQA on sm_90 "
                                   f"(call without {switch}=True for the portable kernels)")
 
 
@@ -547,14 +559,15 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
     Hopper forward, keyword-only:
         hopper: None (the default) picks the forward per call: on sm_90 at the head dims of
-            HOPPER_FORWARD_MIN_KEYS (128, and 64 from 4096 keys) the Hopper kernel where it covers the call (below),
+            HOPPER_FORWARD_MIN_KEYS (96, 128, 192, 256, and 64 from 4096 keys) the Hopper kernel where it covers the call (below),
             the portable FlashAttention-2 forward everywhere else; `hopper_forward_by_default`
             says which. True runs the forward on kernels/_hopper.py (sm_90 only: TMA loads by a
             warp-specialised producer warp, two consumer warpgroups on asynchronous wgmma with
             the softmax of one key tile overlapped with P V of the previous one) and False on
             the portable kernel (the ablations of the FlashAttention-2 kernels pin it). The
             backward is chosen on its own (`hopper_backward`), fed by the forward's output and lse. The
-            Hopper forward covers float16 and bfloat16, head dims 64 and 128, causal
+            Hopper forward covers float16 and bfloat16, head dims 64, 96, 128, 192 and 256 (96 and
+            192 in the tiles of 128 and 256), causal
             (seqlen_q <= seqlen_k) and full masks, grouped-query attention, and inputs whose
             heads' rows are contiguous ((B, H, N, D) dense); with hopper=True anything else,
             including the training features, packed batches, fwd_tiles and the forward's
@@ -571,9 +584,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
             TMA, dK and dV in registers, dQ added into a float32 accumulator by TMA reduce-add
             instead of the portable backward's separate dQ kernel), after either forward; False
             the portable backward (the ablations of the FlashAttention-2 kernels pin it). Same
-            coverage as hopper=True, and not with bwd_tiles (its tiles are fixed), else
-            NotImplementedError; not bitwise reproducible, so deterministic=True with it is a
-            ValueError.
+            coverage as hopper=True at head dims 64 and 128, and not with bwd_tiles (its tiles are
+            fixed), else NotImplementedError; not bitwise reproducible, so deterministic=True with it
+            is a ValueError.
 
     Returns o (B, H, Nq, D), laid out like q where q is dense (bfloat16 for fp8 inputs), then
     lse with return_lse, then the probabilities with return_probs (a tuple when either is set).

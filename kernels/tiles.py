@@ -73,15 +73,18 @@ def head_dim_chunks(head_dim: int) -> tuple[int, int]:
 # padded head dim over full and causal. Head dims 16 and 32 take the 64 entries. 256 is sized to
 # fit shared memory (a 128-wide tile at D=256 does not). Its forward keeps 4 warps: with 8 it
 # spills nothing but ran 2.2x slower on the H200 (notes/perf.md, v5). Its backward takes 8 warps
-# and 32 x 64 tiles: with 4 warps the dK/dV kernel spills 1.7 KB per thread (`python3
-# tests/sm90_compile.py` prints each kernel's registers and spills at sm_90, no GPU needed), and
-# of the configs that do not spill, 32 x 64 ran fastest (notes/d256_bwd_probe.csv: 140 TFLOP/s
-# against 90 for 16 x 64 with 8 warps and 65 for the old 16 x 64 with 4).
+# and 64 x 64 tiles: the dK/dV kernel spills 296 bytes per thread full and 996 causal at sm_90
+# (`python3 tests/sm90_compile.py` prints each kernel's registers and spills, no GPU needed), yet
+# the forward+backward ran 1.15-1.27x faster than with 32 x 64, which spills nothing full, and
+# faster than every other candidate that fits, 16 warps and one stage included; 1.14-1.18x at a
+# ragged length and even (0.98x) with every training feature at once
+# (notes/round19/hopper_head_dims_probe_h200.csv, d256_bwd_tiles_probe_h200.csv,
+# d256_bwd_ragged_probe_h200.csv; perf.md v19). Atomic dQ keeps 32 x 64 (_ATOMIC_DQ_BWD below).
 _DEFAULTS = {
     "fwd": {16: TileConfig(128, 64, 8, 3), 32: TileConfig(128, 64, 8, 3), 64: TileConfig(128, 64, 8, 3),
             128: TileConfig(128, 128, 8, 3), 256: TileConfig(64, 32, 4, 2)},
     "bwd": {16: TileConfig(64, 64, 4, 3), 32: TileConfig(64, 64, 4, 3), 64: TileConfig(64, 64, 4, 3),
-            128: TileConfig(64, 128, 8, 3), 256: TileConfig(32, 64, 8, 2)},
+            128: TileConfig(64, 128, 8, 3), 256: TileConfig(64, 64, 8, 2)},
 }
 # With dropout the forward keeps the Philox state beside the tile: at head dim 128 the 128 x 128
 # tile spills (288 bytes per thread), 128 x 64 does not (and runs as fast without dropout).
@@ -103,6 +106,10 @@ _FP8_FWD = {16: TileConfig(128, 64, 4, 3), 32: TileConfig(128, 64, 4, 3), 64: Ti
 # bytes per thread at sm_90 (notes/round18/head_dim_chunks_bwd_sm90.txt). Atomic dQ runs the
 # backward padded (one chunk), so it keeps the d256 entry.
 _CHUNKED_BWD = {(128, 64): TileConfig(64, 64, 8, 2)}
+# Atomic dQ keeps dQ's accumulator in the dK/dV kernel too: at 256 the 64 x 64 tile would need 257 KiB of
+# shared memory (more than a block gets) and spill 3.4 KB per thread at sm_90
+# (notes/round19/d256_bwd_spills_ragged_sm90.txt), so it keeps the 32 x 64 tile the d256 entry had.
+_ATOMIC_DQ_BWD = {256: TileConfig(32, 64, 8, 2)}
 
 
 def default_tiles(head_dim: int, pass_: str, dropout: bool = False, fp8: bool = False,
@@ -123,6 +130,8 @@ def default_tiles(head_dim: int, pass_: str, dropout: bool = False, fp8: bool = 
         return _DROPOUT_FWD[padded]
     if pass_ == "bwd" and not atomic_dq and head_dim_chunks(head_dim) in _CHUNKED_BWD:
         return _CHUNKED_BWD[head_dim_chunks(head_dim)]
+    if pass_ == "bwd" and atomic_dq and padded in _ATOMIC_DQ_BWD:
+        return _ATOMIC_DQ_BWD[padded]
     return _DEFAULTS[pass_][padded]
 
 

@@ -70,10 +70,12 @@ def compile_config(head_dim: int, causal: bool, overlap: bool, dtype=torch.float
     """One configuration compiled for sm_90a; returns a line with what ptxas reports."""
     x = torch.empty(1, 2, n, head_dim, dtype=dtype)
     block_n, stages = _hopper.default_config(head_dim)
-    args = (_hopper._descriptor(x, _hopper.HALF_M), _hopper._descriptor(x, block_n), _hopper._descriptor(x, block_n),
-            x, torch.empty(1, dtype=torch.float32), n, n, 2, 1, head_dim ** -0.5 * _hopper.LOG2E)
-    constants = dict(BLOCK_N=block_n, HEAD_DIM=head_dim, STAGES=stages, CAUSAL=causal, OVERLAP=overlap,
-                     num_warps=_hopper.CONSUMER_WARPS)
+    tile_dim = _hopper.padded_head_dim(head_dim)
+    args = (_hopper._descriptor(x, _hopper.HALF_M, tile_dim), _hopper._descriptor(x, block_n, tile_dim),
+            _hopper._descriptor(x, block_n, tile_dim), x, torch.empty(1, dtype=torch.float32), n, n, 2, 1,
+            head_dim ** -0.5 * _hopper.LOG2E)
+    constants = dict(BLOCK_N=block_n, HEAD_DIM=tile_dim, OUT_DIM=head_dim, STAGES=stages, CAUSAL=causal,
+                     OVERLAP=overlap, num_warps=_hopper.CONSUMER_WARPS)
     compiled, ptx, arch, info, seconds = compile_sm90(_hopper._hopper_fwd, args, constants, _hopper.MAX_REGS)
     return (f"d{head_dim} causal={causal} overlap={overlap}: {arch} shared={compiled.metadata.shared} "
             f"wgmma={ptx.count('wgmma.mma_async')} setmaxnreg={ptx.count('setmaxnreg')} "
@@ -100,7 +102,7 @@ def main() -> int:
         for causal in (False, True):
             for overlap in (False, True):
                 print(compile_config(head_dim, causal, overlap), flush=True)
-    for head_dim in _hopper.HEAD_DIMS:
+    for head_dim in _hopper_bwd.HEAD_DIMS:
         for causal in (False, True):
             print(compile_backward(head_dim, causal), flush=True)
     return 0

@@ -23,6 +23,8 @@ import pytest
 import torch
 
 from kernels import TileConfig, attention_reference, flash_attention
+from kernels._hopper import HEAD_DIMS
+from kernels._hopper_bwd import HEAD_DIMS as BACKWARD_HEAD_DIMS
 from kernels.attention import (HOPPER_BACKWARD_DEFAULTS, HOPPER_FORWARD_MIN_KEYS, hopper_backward_by_default,
                                hopper_forward_by_default)
 from test_kernels import (DEVICE, assert_close_to_reference, check_against_reference, make_inputs,  # noqa: F401
@@ -40,6 +42,9 @@ SHAPES = [
     (1, 2, 2, 64, 64, 64),         # one key tile, half a program
     (1, 4, 4, 2048, 4096, 64),     # causal bottom-right over longer keys
     (1, 2, 2, 1, 300, 128),        # a single query
+    (1, 4, 2, 700, 900, 96),       # head dim 96 in tiles of 128: grouped-query, Nq < Nk, ragged
+    (2, 2, 2, 333, 333, 192),      # head dim 192 in tiles of 256
+    (1, 3, 1, 1000, 1000, 256),    # head dim 256 (64-key tiles): multi-query
 ]
 
 
@@ -64,7 +69,8 @@ def test_forward_matches_reference(shape, causal, dtype, overlap, poisoned_alloc
 
 @sm90
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("shape", [(2, 4, 2, 777, 777, 128), (1, 4, 4, 256, 1000, 64)],
+@pytest.mark.parametrize("shape", [(2, 4, 2, 777, 777, 128), (1, 4, 4, 256, 1000, 64), (1, 2, 1, 300, 500, 96),
+                                   (1, 3, 3, 400, 400, 192), (1, 2, 2, 640, 640, 256)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_gradients_through_the_portable_backward(shape, causal, poisoned_allocations):
     q, k, v = make_inputs(*shape, torch.bfloat16)
@@ -109,7 +115,7 @@ def test_unsupported_features_are_named(kwargs, named):
 
 
 @pytest.mark.parametrize("make, named", [
-    (lambda: (_t(1, 2, 64, 96),) * 3, "head dim 96"),
+    (lambda: (_t(1, 2, 64, 80),) * 3, "head dim 80"),
     (lambda: (_t(1, 2, 64, 64).transpose(1, 2).contiguous().transpose(1, 2),) * 3, "q's strides"),
     (lambda: (_t(1, 2, 128, 64), _t(1, 2, 64, 64), _t(1, 2, 64, 64)), "seqlen_q > seqlen_k"),
 ])
@@ -139,7 +145,7 @@ def test_compiles_for_sm90a_without_spills():
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line for line in done.stdout.splitlines() if line.startswith("d")]
-    assert len(lines) == 8, done.stdout
+    assert len(lines) == 4 * len(HEAD_DIMS), done.stdout
     for line in lines:
         assert "sm_90a" in line and " 0 bytes spill stores" in line and "wgmma=0 " not in line, line
         assert "setmaxnreg=0" not in line, line
@@ -147,7 +153,7 @@ def test_compiles_for_sm90a_without_spills():
     # configuration; no spills at head dim 64 and at 128 full (the self-loading schedule; causal spills
     # 220 bytes there, against 308 with the producer warp; notes/perf.md, v16).
     backward = [line for line in done.stdout.splitlines() if line.startswith("bwd d")]
-    assert len(backward) == 4, done.stdout
+    assert len(backward) == 2 * len(BACKWARD_HEAD_DIMS), done.stdout
     for line in backward:
         assert "sm_90a" in line and "wgmma=0 " not in line and "tma_reduce=0 " not in line, line
         assert "tma_load=0 " not in line and "setmaxnreg=0" not in line, line
@@ -299,6 +305,22 @@ def test_hopper_backward_unsupported_features_are_named(kwargs, named):
         flash_attention(q, q, q, hopper_backward=True, **kwargs)
 
 
+@pytest.mark.parametrize("head_dim", [96, 192, 256])
+def test_hopper_backward_refuses_the_head_dims_only_the_forward_covers(head_dim):
+    q = _t(1, 2, 64, head_dim)
+    with pytest.raises(NotImplementedError, match=rf"hopper_backward=True does not support .*head dim {head_dim} "
+                       r"\(64 and 128 only\).*the Hopper backward covers float16/bfloat16, head dims 64 and 128,"):
+        flash_attention(q, q, q, hopper_backward=True)
+
+
+def test_hopper_forward_names_the_head_dims_it_covers():
+    q = _t(1, 2, 64, 80)
+    with pytest.raises(NotImplementedError, match=r"hopper=True does not support .*head dim 80 \(64, 96, 128, 192 "
+                       r"and 256 only\).*the Hopper forward covers float16/bfloat16, "
+                       r"head dims 64, 96, 128, 192 and 256,"):
+        flash_attention(q, q, q, hopper=True)
+
+
 @pytest.mark.skipif(IS_SM90, reason="checks the refusal off Hopper")
 def test_hopper_backward_refused_without_a_hopper_gpu():
     q = _t(1, 2, 64, 64)
@@ -316,14 +338,16 @@ def test_hopper_switch_is_none_or_a_bool(value):
 
 
 def test_default_forward_is_portable_off_hopper():
-    assert HOPPER_FORWARD_MIN_KEYS == {64: 4096, 128: 0}
+    assert HOPPER_FORWARD_MIN_KEYS == {64: 4096, 96: 0, 128: 0, 192: 0, 256: 0}
     assert not hopper_forward_by_default(128, 8192, torch.device("cpu"))
     assert not hopper_forward_by_default(64, 8192, torch.device("cpu"))
     if torch.cuda.is_available():
         assert hopper_forward_by_default(128, 1, torch.device("cuda")) == IS_SM90
         assert hopper_forward_by_default(64, 4096, torch.device("cuda")) == IS_SM90
         assert not hopper_forward_by_default(64, 4095, torch.device("cuda"))
-        assert not hopper_forward_by_default(96, 8192, torch.device("cuda"))
+        for head_dim in (96, 192, 256):
+            assert hopper_forward_by_default(head_dim, 1, torch.device("cuda")) == IS_SM90
+        assert not hopper_forward_by_default(80, 8192, torch.device("cuda"))
     assert HOPPER_BACKWARD_DEFAULTS == ((64, False), (64, True), (128, False), (128, True))
     assert not any(hopper_backward_by_default(d, c, torch.device("cpu")) for d, c in HOPPER_BACKWARD_DEFAULTS)
     if torch.cuda.is_available():
@@ -334,9 +358,9 @@ def test_default_forward_is_portable_off_hopper():
 
 @sm90
 def test_default_forward_is_the_hopper_one_where_it_covers_the_call(hopper_calls):
-    """hopper=None runs the Hopper forward on dense inputs at head dim 128 and at 64 from 4096 keys, and the
-    portable forward at other head dims, at 64 below 4096 keys and wherever the Hopper forward does not cover
-    the call."""
+    """hopper=None runs the Hopper forward on dense inputs at head dims 96, 128, 192 and 256 and at 64 from 4096
+    keys, and the portable forward at other head dims, at 64 below 4096 keys and wherever the Hopper forward
+    does not cover the call."""
     def forward_ran(q, k, v, **kwargs):
         hopper_calls.clear()
         flash_attention(q, k, v, return_lse=True, **kwargs)
@@ -354,8 +378,12 @@ def test_default_forward_is_the_hopper_one_where_it_covers_the_call(hopper_calls
     assert not forward_ran(q64, k_short, v_short)
     assert not forward_ran(q64, k_short, v_short, causal=True)
     assert forward_ran(q64, k_short, v_short, hopper=True)
-    q96, k96, v96 = (t.detach() for t in make_inputs(2, 4, 2, 700, 900, 96, torch.float16))
-    assert not forward_ran(q96, k96, v96)
+    for head_dim in (96, 192, 256):
+        qd, kd, vd = (t.detach() for t in make_inputs(1, 2, 2, 300, 500, head_dim, torch.float16))
+        assert forward_ran(qd, kd, vd) and forward_ran(qd, kd, vd, causal=True)
+        assert not forward_ran(qd, kd, vd, hopper=False)
+    q80, k80, v80 = (t.detach() for t in make_inputs(1, 2, 2, 300, 500, 80, torch.float16))
+    assert not forward_ran(q80, k80, v80)
     portable_cases = [
         ((q, k, v), dict(softcap=20.0)),
         ((q, k, v), dict(window_size=(100, 0), causal=True)),
@@ -369,12 +397,12 @@ def test_default_forward_is_the_hopper_one_where_it_covers_the_call(hopper_calls
 
 
 @sm90
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 96, 128, 192, 256])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_default_forward_gradients_match_reference(causal, head_dim, poisoned_allocations):
-    """The defaults at head dims 64 and 128 (the Hopper forward, then the Hopper backward from its output),
-    and with deterministic=True (the Hopper forward, then the portable backward); at 64 with enough keys
-    for the Hopper forward (HOPPER_FORWARD_MIN_KEYS)."""
+    """The defaults (the Hopper forward, then at head dims 64 and 128 the Hopper backward from its output, at
+    96, 192 and 256 the portable one), and with deterministic=True (the Hopper forward, then the portable
+    backward); at 64 with enough keys for the Hopper forward (HOPPER_FORWARD_MIN_KEYS)."""
     n_k = max(1030, HOPPER_FORWARD_MIN_KEYS[head_dim] + 15)
     q, k, v = make_inputs(2, 4, 2, 517, n_k, head_dim, torch.float16)
     check_against_reference(q, k, v, causal)

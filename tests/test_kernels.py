@@ -209,20 +209,22 @@ def test_head_dim_chunks_switched_off_pad_again(monkeypatch):
 
 
 def test_backward_in_chunks_128_64_takes_its_own_tiles(monkeypatch):
-    """176 and 192 run the backward in chunks 128 + 64 with the 64 x 64 tile; atomic dQ (padded to 256)
-    and the padded kernels keep the d256 entry, which head dim 256 keeps too."""
+    """176 and 192 run the backward in chunks 128 + 64 with the 64 x 64 tile; the padded kernels take the
+    d256 entry (64 x 64 too since v19, chosen apart: notes/perf.md), and atomic dQ (padded to 256) the
+    32 x 64 tile that fits its extra accumulator."""
     import kernels.tiles as tiles
     from kernels.attention import default_tiles_for
 
-    d256 = tiles.default_tiles(256, "bwd")
-    assert d256 == TileConfig(32, 64, 8, 2)
+    d256, atomic = tiles.default_tiles(256, "bwd"), tiles.default_tiles(256, "bwd", atomic_dq=True)
+    assert d256 == TileConfig(64, 64, 8, 2) and atomic == TileConfig(32, 64, 8, 2)
     for head_dim in (176, 192):
         assert tiles.default_tiles(head_dim, "bwd") == TileConfig(64, 64, 8, 2)
         assert default_tiles_for(head_dim, "bwd", "fa2", 0.1) == TileConfig(64, 64, 8, 2)
-        assert tiles.default_tiles(head_dim, "bwd", atomic_dq=True) == d256
-        assert default_tiles_for(head_dim, "bwd", atomic_dq=True) == d256
+        assert tiles.default_tiles(head_dim, "bwd", atomic_dq=True) == atomic
+        assert default_tiles_for(head_dim, "bwd", atomic_dq=True) == atomic
         assert tiles.default_tiles(head_dim, "fwd") == tiles.default_tiles(256, "fwd")
     assert tiles.default_tiles(160, "bwd") == d256  # chunks 128 + 32: not measured, the d256 entry
+    assert tiles.default_tiles(160, "bwd", atomic_dq=True) == atomic
     monkeypatch.setattr(tiles, "CHUNKED_HEAD_DIMS", False)
     assert tiles.default_tiles(192, "bwd") == d256
 

@@ -6,8 +6,11 @@ host code makes (each head dim class, every feature, atomic dQ, the probabilitie
 kernels, the fp8 forward at each head dim class, causal and not) and compiles each for sm_90 as
 Triton would before a launch. It runs in a subprocess because this session's kernels were imported
 under the interpreter. Head dim 256's default backward must also stay clear of heavy register spills
-(the 4-warp tiles it had spilled 1.7-2 KB per thread in the dK/dV kernel; the 8-warp ones spill none
-at tile-multiple lengths and under 0.2 KB with masked tails, as this case has).
+(the 4-warp tiles it had spilled 1.7-2 KB per thread in the dK/dV kernel). Its 64 x 64 x 8 x 2 tile
+spills some, 1064 bytes in dK/dV and 124 in dQ with the masked tail this case has (296 and 88 at 1024
+keys), and still ran the forward+backward 1.14-1.27x faster on the H200 than 32 x 64 x 8 x 2, which
+spills 192 and 0 here, at tile-multiple and ragged lengths (notes/round19, notes/perf.md v19): the
+limits below keep it there.
 """
 import os
 import subprocess
@@ -21,7 +24,7 @@ def test_every_kernel_compiles_for_sm90_and_head_dim_256_backward_spills_little(
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
     result = subprocess.run([sys.executable, str(ROOT / "tests" / "sm90_compile.py"), "--max-spill",
-                             "_attn_bwd_dkdv:256:512", "_attn_bwd_dq:256:0"],
+                             "_attn_bwd_dkdv:256:1280", "_attn_bwd_dq:256:256"],
                             env=env, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert "_decode_combine" in result.stdout and "_attn_probs" in result.stdout
