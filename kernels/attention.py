@@ -68,6 +68,12 @@ ALGORITHMS = ("fa2", "fa1")
 # 1.16-1.49x, 1.46-1.89x and 1.46-1.96x the portable forward at every length from 512, full and causal
 # (notes/round19/hopper_head_dims_probe_h200.csv, fp16, one process; notes/perf.md v19).
 HOPPER_FORWARD_MIN_KEYS = {64: 4096, 96: 0, 128: 0, 192: 0, 256: 0}
+# The training features (flash_attention's argument names) with which the default (hopper=None) still
+# picks the Hopper forward where it covers the call; with any other, the portable forward runs. The
+# Hopper forward has the sliding window, softcap and ALiBi (hopper=True takes them); the default
+# takes none of them until they are measured against the portable forward on the H200
+# (notes/round22/hopper_features_probe.py).
+HOPPER_FORWARD_FEATURES = frozenset()
 # (head dim, causal) at which flash_attention runs the Hopper backward (kernels/_hopper_bwd.py) when
 # `hopper_backward` is not given, deterministic=False and the kernel covers the call: every pair it
 # covers, as it is faster than the portable backward there on the H200 (the 8a451f2 archive's hopper
@@ -158,7 +164,9 @@ def _forward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slope
         if opts.hopper:
             from kernels._hopper import hopper_forward
 
-            out, lse = hopper_forward(q, k, v, opts.softmax_scale, opts.causal, overlap=opts.hopper_overlap)
+            out, lse = hopper_forward(q, k, v, opts.softmax_scale, opts.causal, overlap=opts.hopper_overlap,
+                                      window_size=(opts.window_left, opts.window_right), softcap=opts.softcap,
+                                      alibi_slopes=alibi_slopes)
             return out, lse, q.new_empty((0,), dtype=torch.float32)
         return attention_forward(q, k, v, opts, alibi_slopes, dropout_seed, cu_seqlens_q, cu_seqlens_k)
 
@@ -364,6 +372,8 @@ def _hopper_gaps(q, k, v, opts: AttentionOptions, alibi, varlen: bool, tiles, sw
     from kernels._hopper import hopper_unsupported
 
     used = opts.features + (["alibi_slopes"] if alibi is not None else [])
+    if switch == "hopper":  # the forward has the window, softcap and ALiBi; not dropout
+        used = [name for name in used if name == "dropout_p"]
     used += [name for name, on in (("cu_seqlens_q/cu_seqlens_k (packed batches)", varlen),
                                    (f"algorithm={opts.algorithm!r}", opts.algorithm != "fa2"),
                                    ("fwd_tiles" if switch == "hopper" else "bwd_tiles", tiles is not None),
@@ -372,7 +382,8 @@ def _hopper_gaps(q, k, v, opts: AttentionOptions, alibi, varlen: bool, tiles, sw
                                    ("seq_parallel=False", not opts.seq_parallel),
                                    ("skip_masked_tiles=False", not opts.skip_masked_tiles),
                                    ("atomic_dq=True", switch != "hopper" and opts.atomic_dq)) if on]
-    return used + hopper_unsupported(q, k, v, opts.causal, _hopper_head_dims(switch))
+    return used + hopper_unsupported(q, k, v, opts.causal, _hopper_head_dims(switch), window_right=opts.window_right,
+                                     alibi=alibi is not None)
 
 
 def _hopper_head_dims(switch: str) -> tuple[int, ...]:
@@ -392,7 +403,8 @@ def _check_hopper(q, k, v, opts: AttentionOptions, alibi, varlen: bool, tiles, s
         which = "forward" if switch == "hopper" else "backward"
         raise NotImplementedError(f"{switch}=True does not support {'; '.join(used)}: the Hopper {which} covers "
                                   f"float16/bfloat16, head dims {spoken(_hopper_head_dims(switch))}, causal and full "
-                                  "masks and GQA on sm_90 "
+                                  f"masks{', sliding windows, softcap, ALiBi' if switch == 'hopper' else ''} and GQA "
+                                  "on sm_90 "
                                   f"(call without {switch}=True for the portable kernels)")
 
 
@@ -568,11 +580,13 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
             backward is chosen on its own (`hopper_backward`), fed by the forward's output and lse. The
             Hopper forward covers float16 and bfloat16, head dims 64, 96, 128, 192 and 256 (96 and
             192 in the tiles of 128 and 256), causal
-            (seqlen_q <= seqlen_k) and full masks, grouped-query attention, and inputs whose
+            (seqlen_q <= seqlen_k) and full masks, sliding windows (where every query sees a
+            key), softcap and ALiBi, grouped-query attention, and inputs whose
             heads' rows are contiguous ((B, H, N, D) dense); with hopper=True anything else,
-            including the training features, packed batches, fwd_tiles and the forward's
+            including dropout, packed batches, fwd_tiles and the forward's
             ablation switches, raises NotImplementedError naming it (with None it falls back).
-            Its output is contiguous.
+            Its output is contiguous. The Hopper backward has none of the features: with one,
+            the portable backward runs after the Hopper forward.
         hopper_overlap: with hopper=True, False runs the consumers serially (S, softmax, P V,
             one tile after another): the ablation of the overlap. Without hopper=True it must
             stay True (ValueError).
@@ -713,11 +727,13 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         if hopper_backward:
             _check_hopper(q, k, v, opts, alibi, varlen, bwd_tiles, switch="hopper_backward")
         default_forward = hopper is None and hopper_forward_by_default(head_dim, k.shape[2], q.device)
+        features_by_default = HOPPER_FORWARD_FEATURES.issuperset(features)
         default_backward = (hopper_backward is None and not deterministic
                             and hopper_backward_by_default(head_dim, causal, q.device))
         if default_forward or default_backward:
             opts = dataclasses.replace(
-                opts, hopper=opts.hopper or (default_forward and not _hopper_gaps(q, k, v, opts, alibi, varlen, fwd_tiles)),
+                opts, hopper=opts.hopper or (default_forward and features_by_default
+                                             and not _hopper_gaps(q, k, v, opts, alibi, varlen, fwd_tiles)),
                 hopper_backward=opts.hopper_backward or (default_backward and not _hopper_gaps(
                     q, k, v, opts, alibi, varlen, bwd_tiles, switch="hopper_backward")))
 

@@ -66,20 +66,31 @@ def compile_sm90(kernel, args: tuple, constants: dict, maxnreg: int):
     return compiled, ptx, arch, info, time.time() - start
 
 
-def compile_config(head_dim: int, causal: bool, overlap: bool, dtype=torch.float16, n: int = 4096) -> str:
+def compile_config(head_dim: int, causal: bool, overlap: bool, dtype=torch.float16, n: int = 4096,
+                   window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0, alibi: bool = False) -> str:
     """One configuration compiled for sm_90a; returns a line with what ptxas reports."""
     x = torch.empty(1, 2, n, head_dim, dtype=dtype)
-    block_n, stages = _hopper.default_config(head_dim)
-    tile_dim = _hopper.padded_head_dim(head_dim)
-    args = (_hopper._descriptor(x, _hopper.HALF_M, tile_dim), _hopper._descriptor(x, block_n, tile_dim),
-            _hopper._descriptor(x, block_n, tile_dim), x, torch.empty(1, dtype=torch.float32), n, n, 2, 1,
-            head_dim ** -0.5 * _hopper.LOG2E)
-    constants = dict(BLOCK_N=block_n, HEAD_DIM=tile_dim, OUT_DIM=head_dim, STAGES=stages, CAUSAL=causal,
-                     OVERLAP=overlap, num_warps=_hopper.CONSUMER_WARPS)
+    f32 = torch.empty(1, 2, n, dtype=torch.float32)
+    slopes = torch.ones(1, 2, dtype=torch.float32) if alibi else None
+    args, constants = _hopper.kernel_args(x, x, x, x, f32, head_dim ** -0.5, causal, overlap, window_size=window_size,
+                                          softcap=softcap, alibi_slopes=slopes)
     compiled, ptx, arch, info, seconds = compile_sm90(_hopper._hopper_fwd, args, constants, _hopper.MAX_REGS)
-    return (f"d{head_dim} causal={causal} overlap={overlap}: {arch} shared={compiled.metadata.shared} "
+    features = "".join(f" {name}" for name, on in (("window", constants["WINDOW"]), ("softcap", softcap > 0),
+                                                     ("alibi", alibi)) if on)
+    return (f"d{head_dim} causal={causal} overlap={overlap}{features}: {arch} shared={compiled.metadata.shared} "
             f"wgmma={ptx.count('wgmma.mma_async')} setmaxnreg={ptx.count('setmaxnreg')} "
-            f"({seconds:.1f} s) | {info}")
+            f"tanh={ptx.count('tanh.approx')} ({seconds:.1f} s) | {info}")
+
+
+# The forward's features, compiled at head dims 64 and 128 with the overlapped pipeline: a causal
+# sliding window, a two-sided one, softcap, ALiBi, and all of them together.
+FEATURE_CONFIGS = [
+    dict(causal=True, window_size=(1023, 0)),
+    dict(causal=False, window_size=(256, 127)),
+    dict(causal=False, softcap=30.0),
+    dict(causal=True, alibi=True),
+    dict(causal=True, window_size=(511, 0), softcap=50.0, alibi=True),
+]
 
 
 def compile_backward(head_dim: int, causal: bool, dtype=torch.float16, n: int = 4096) -> str:
@@ -102,6 +113,9 @@ def main() -> int:
         for causal in (False, True):
             for overlap in (False, True):
                 print(compile_config(head_dim, causal, overlap), flush=True)
+    for head_dim in (64, 128):
+        for features in FEATURE_CONFIGS:
+            print(compile_config(head_dim, overlap=True, **features), flush=True)
     for head_dim in _hopper_bwd.HEAD_DIMS:
         for causal in (False, True):
             print(compile_backward(head_dim, causal), flush=True)

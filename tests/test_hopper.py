@@ -4,12 +4,14 @@
 On an sm_90 GPU: the output, the log-sum-exp and (through the portable backward it feeds) every
 gradient against the float64 reference, with test_kernels' rule (at most twice PyTorch's own error
 at the same precision), on odd lengths, Nq != Nk, grouped-query heads and both pipelines
-(`overlap`), with every allocation poisoned; the Hopper backward's three gradients the same way,
+(`overlap`), with every allocation poisoned; the same with the forward's features (sliding windows
+with edges on and off the key tiles, softcap, ALiBi, alone and together), one compiled kernel for
+every window; the Hopper backward's three gradients the same way,
 after either forward, with both consumer schedules at both head dims, and past 2^31 elements; which
 forward and backward the defaults (hopper=None, hopper_backward=None) pick: the Hopper ones exactly
 where they cover the call at their head dims, the portable backward with deterministic=True.
 Anywhere: the refusals (what hopper=True or hopper_backward=True does not cover raises
-NotImplementedError naming it), and the sm_90a compile of every configuration, in a subprocess (the
+NotImplementedError naming it, and only that), and the sm_90a compile of every configuration, in a subprocess (the
 interpreter must be off there), with no spills in the forward and the instructions each is for.
 """
 from __future__ import annotations
@@ -100,9 +102,8 @@ def _t(*shape, dtype=torch.float16):
 
 
 @pytest.mark.parametrize("kwargs, named", [
-    (dict(window_size=(8, 0)), "window_size"),
-    (dict(softcap=5.0), "softcap"),
     (dict(dropout_p=0.1), "dropout_p"),
+    (dict(dropout_p=0.1, window_size=(8, 0), softcap=5.0), "does not support dropout_p[:;]"),  # only what it lacks
     (dict(algorithm="fa1"), "algorithm='fa1'"),
     (dict(recompute=False), "recompute=False"),
     (dict(deferred_rescale=False), "deferred_rescale=False"),
@@ -132,6 +133,30 @@ def test_refused_without_a_hopper_gpu():
         flash_attention(q, q, q, hopper=True)
 
 
+@pytest.mark.skipif(IS_SM90, reason="checks the refusal off Hopper")
+@pytest.mark.parametrize("kwargs", [dict(window_size=(8, 0)), dict(window_size=(16, 16)), dict(softcap=5.0),
+                                    dict(alibi_slopes="h"), dict(window_size=(8, -1), softcap=5.0, alibi_slopes="h",
+                                                                 causal=True)],
+                         ids=["window-causal", "window", "softcap", "alibi", "all"])
+def test_forward_features_are_covered(kwargs):
+    """hopper=True with the window, softcap or ALiBi names only the missing GPU: the forward covers them."""
+    q = _t(1, 2, 64, 64)
+    if kwargs.get("alibi_slopes") == "h":
+        kwargs = dict(kwargs, alibi_slopes=torch.rand(2, device=DEVICE))
+    with pytest.raises(NotImplementedError, match=r"hopper=True does not support a compute capability 9\.0 "
+                       r"\(Hopper\) GPU: the Hopper forward covers .*sliding windows, softcap, ALiBi"):
+        flash_attention(q, q, q, hopper=True, **kwargs)
+
+
+@pytest.mark.parametrize("n_q, n_k, window", [(128, 64, (16, 0)), (100, 40, (-1, 59)), (100, 40, (3, 10))])
+def test_window_with_queries_that_see_no_key_is_refused(n_q, n_k, window):
+    """Queries past seqlen_k + window_size[1] see no key (the portable kernels give them a zero row and an
+    lse of -inf); the Hopper forward refuses such calls, naming why."""
+    q, k = _t(1, 2, n_q, 64), _t(1, 2, n_k, 64)
+    with pytest.raises(NotImplementedError, match=r"a window whose first queries see no key"):
+        flash_attention(q, k, k, hopper=True, window_size=window)
+
+
 def test_fp8_refuses_hopper():
     q = _t(1, 2, 64, 64).to(torch.float8_e4m3fn)
     with pytest.raises(NotImplementedError, match="hopper=True"):
@@ -145,10 +170,15 @@ def test_compiles_for_sm90a_without_spills():
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line for line in done.stdout.splitlines() if line.startswith("d")]
-    assert len(lines) == 4 * len(HEAD_DIMS), done.stdout
+    plain = [line for line in lines if not any(f in line.split(":")[0] for f in ("window", "softcap", "alibi"))]
+    assert len(plain) == 4 * len(HEAD_DIMS), done.stdout
+    # the features at head dims 64 and 128 (hopper_compile.FEATURE_CONFIGS): no spills either, and the
+    # hardware's tanh wherever softcap is on
+    assert len(lines) - len(plain) == 2 * 5, done.stdout
     for line in lines:
         assert "sm_90a" in line and " 0 bytes spill stores" in line and "wgmma=0 " not in line, line
         assert "setmaxnreg=0" not in line, line
+        assert ("tanh=0 " in line) == ("softcap" not in line.split(":")[0]), line
     # The one-pass backward: wgmma, TMA loads, setmaxnreg and the TMA reduce-add of dQ in every
     # configuration; no spills at head dim 64 and at 128 full (the self-loading schedule; causal spills
     # 220 bytes there, against 308 with the producer warp; notes/perf.md, v16).
@@ -175,6 +205,103 @@ def test_serial_switch_matches_reference(causal, poisoned_allocations):
 
 
 # The Hopper backward (kernels/_hopper_bwd.py): one pass, dQ by TMA reduce-add.
+def check_hopper_features(q, k, v, causal, overlap=True, **features):
+    """hopper=True's output and lse, and the gradients through the portable backward it feeds, against the
+    float64 reference with the same features (test_kernels' rule)."""
+    out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, hopper=True, hopper_overlap=overlap,
+                               **features)
+    d_out = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), d_out)
+    ref_out, ref_lse = attention_reference(q, k, v, causal=causal, upcast=True, **features)
+    ref_grads = torch.autograd.grad(ref_out, (q, k, v), d_out.double())
+    low_out, low_lse = attention_reference(q, k, v, causal=causal, upcast=False, **features)
+    low_grads = torch.autograd.grad(low_out, (q, k, v), d_out)
+    assert out.shape == q.shape and out.dtype == q.dtype and lse.shape == q.shape[:3]
+    assert not torch.isnan(out).any() and not torch.isnan(lse).any()
+    assert_close_to_reference("out", out, low_out, ref_out)
+    assert_close_to_reference("lse", lse, low_lse, ref_lse)
+    for name, ours, low, ref in zip(("dq", "dk", "dv"), grads, low_grads, ref_grads):
+        assert not torch.isnan(ours).any(), f"{name} has NaN"
+        assert_close_to_reference(name, ours, low, ref)
+
+
+# (batch, heads, kv_heads, seqlen_q, seqlen_k, head_dim), causal, features: windows whose edges fall on,
+# before and after the 128-key tiles (and the 64-key tiles of head dim 256), alone and with softcap and
+# ALiBi ("h": (H,) slopes, "bh": (B, H)), odd lengths, Nq != Nk, grouped-query heads.
+FEATURE_CASES = [
+    ("window-causal", (2, 4, 2, 1000, 1000, 128), True, dict(window_size=(255, -1))),
+    ("window-causal-tile-edge", (1, 4, 4, 777, 1300, 64), True, dict(window_size=(128, 0))),
+    ("window-causal-long", (1, 2, 1, 4100, 4100, 128), True, dict(window_size=(1023, 0))),
+    ("window-two-sided", (1, 4, 2, 700, 900, 128), False, dict(window_size=(300, 127))),
+    ("window-left-only", (2, 2, 2, 333, 200, 64), False, dict(window_size=(129, -1))),
+    ("window-right-only", (1, 2, 2, 300, 257, 96), False, dict(window_size=(-1, 64))),
+    ("window-diagonal", (1, 2, 1, 385, 385, 192), False, dict(window_size=(0, 0))),
+    ("window-d256", (1, 3, 1, 1000, 1000, 256), True, dict(window_size=(63, -1))),
+    ("softcap", (2, 4, 2, 700, 900, 128), False, dict(softcap=30.0)),
+    ("softcap-causal", (1, 8, 2, 1000, 1000, 64), True, dict(softcap=5.0)),
+    ("alibi-heads-causal", (1, 4, 2, 900, 900, 128), True, dict(alibi_slopes="h")),
+    ("alibi-batch-heads", (2, 2, 1, 129, 385, 64), False, dict(alibi_slopes="bh")),
+    ("window-softcap-alibi", (2, 4, 2, 600, 1100, 128), False, dict(window_size=(400, 50), softcap=20.0,
+                                                                  alibi_slopes="bh")),
+    ("window-softcap-alibi-causal", (1, 4, 4, 1500, 1500, 64), True, dict(window_size=(511, -1), softcap=50.0,
+                                                                        alibi_slopes="h")),
+]
+
+
+def _slopes_for(features, batch, heads):
+    kind = features.get("alibi_slopes")
+    if kind is None:
+        return features
+    shape = (heads,) if kind == "h" else (batch, heads)
+    return dict(features, alibi_slopes=torch.rand(*shape, device=DEVICE, dtype=torch.float32) * 0.5 + 0.05)
+
+
+@sm90
+@pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "serial"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("name, shape, causal, features", FEATURE_CASES, ids=[c[0] for c in FEATURE_CASES])
+def test_forward_features_match_reference(name, shape, causal, features, dtype, overlap, poisoned_allocations):
+    torch.manual_seed(sum(map(ord, name)))
+    q, k, v = make_inputs(*shape, dtype)
+    check_hopper_features(q, k, v, causal, overlap, **_slopes_for(features, shape[0], shape[1]))
+
+
+@sm90
+def test_window_runs_agree_bitwise_and_reuse_one_kernel():
+    """A moving result would be a race; and the window's bounds are launch arguments, not compile-time
+    constants, so another window reuses the compiled kernel."""
+    from kernels import _hopper
+
+    q, k, v = (t.detach() for t in make_inputs(2, 8, 2, 4096, 4096, 128, torch.float16))
+    first = flash_attention(q, k, v, causal=True, hopper=True, window_size=(1000, 0))
+    for _ in range(3):
+        assert torch.equal(flash_attention(q, k, v, causal=True, hopper=True, window_size=(1000, 0)), first)
+    compiled = set(_hopper._hopper_fwd.device_caches[q.device.index][0])
+    other = flash_attention(q, k, v, causal=True, hopper=True, window_size=(777, 0))
+    assert set(_hopper._hopper_fwd.device_caches[q.device.index][0]) == compiled
+    ref, _ = attention_reference(q, k, v, causal=True, window_size=(777, 0))
+    low, _ = attention_reference(q, k, v, causal=True, window_size=(777, 0), upcast=False)
+    assert_close_to_reference("out", other, low, ref)
+
+
+@sm90
+def test_default_forward_with_features_follows_hopper_forward_features(hopper_calls):
+    """hopper=None runs the Hopper forward with a window, softcap or ALiBi only if HOPPER_FORWARD_FEATURES
+    names it; with dropout never."""
+    from kernels.attention import HOPPER_FORWARD_FEATURES
+
+    q, k, v = (t.detach() for t in make_inputs(2, 4, 2, 700, 900, 128, torch.float16))
+    slopes = torch.rand(4, device=DEVICE, dtype=torch.float32)
+    for name, kwargs in (("window_size", dict(window_size=(100, 0), causal=True)), ("softcap", dict(softcap=20.0)),
+                         ("alibi_slopes", dict(alibi_slopes=slopes))):
+        hopper_calls.clear()
+        flash_attention(q, k, v, **kwargs)
+        assert ("fwd" in hopper_calls) == (name in HOPPER_FORWARD_FEATURES), name
+    hopper_calls.clear()
+    flash_attention(q, k, v, dropout_p=0.1)
+    assert "fwd" not in hopper_calls
+
+
 BACKWARD_SHAPES = [
     (2, 4, 4, 1024, 1024, 128),
     (1, 8, 2, 1000, 1000, 64),     # grouped-query, lengths off the tile size
@@ -384,11 +511,9 @@ def test_default_forward_is_the_hopper_one_where_it_covers_the_call(hopper_calls
         assert not forward_ran(qd, kd, vd, hopper=False)
     q80, k80, v80 = (t.detach() for t in make_inputs(1, 2, 2, 300, 500, 80, torch.float16))
     assert not forward_ran(q80, k80, v80)
-    portable_cases = [
-        ((q, k, v), dict(softcap=20.0)),
-        ((q, k, v), dict(window_size=(100, 0), causal=True)),
+    portable_cases = [  # (the features: test_default_forward_with_features_follows_hopper_forward_features)
+        ((q, k, v), dict(dropout_p=0.1)),
         ((q, k, v), dict(fwd_tiles=TileConfig(64, 64, 4, 2))),
-        ((q, k, v), dict(alibi_slopes=torch.rand(4, device=DEVICE, dtype=torch.float32))),
         ((q.transpose(1, 2).contiguous().transpose(1, 2), k, v), {}),  # (B, N, H, D) memory
         ((k.repeat_interleave(2, 1), q[:, :, :300].contiguous(), q[:, :, :300].contiguous()), dict(causal=True)),  # Nq > Nk
     ]
