@@ -74,6 +74,8 @@ HOPPER_FORWARD_MIN_KEYS = {64: 4096, 96: 0, 128: 0, 192: 0, 256: 0}
 # takes none of them until they are measured against the portable forward on the H200
 # (notes/round22/hopper_features_probe.py).
 HOPPER_FORWARD_FEATURES = frozenset()
+# The same for the Hopper backward (kernels/_hopper_bwd.py), which has them too at head dims 64 and 128.
+HOPPER_BACKWARD_FEATURES = frozenset()
 # (head dim, causal) at which flash_attention runs the Hopper backward (kernels/_hopper_bwd.py) when
 # `hopper_backward` is not given, deterministic=False and the kernel covers the call: every pair it
 # covers, as it is faster than the portable backward there on the H200 (the 8a451f2 archive's hopper
@@ -197,7 +199,9 @@ def _backward_impl(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
         if opts.hopper_backward:
             from kernels._hopper_bwd import hopper_backward
 
-            return hopper_backward(do, q, k, v, out, lse, opts.softmax_scale, opts.causal)
+            return hopper_backward(do, q, k, v, out, lse, opts.softmax_scale, opts.causal,
+                                   window_size=(opts.window_left, opts.window_right), softcap=opts.softcap,
+                                   alibi_slopes=alibi_slopes)
         return attention_backward(do, q, k, v, out, lse, scores, opts, alibi_slopes, dropout_seed,
                                   cu_seqlens_q, cu_seqlens_k)
 
@@ -372,8 +376,7 @@ def _hopper_gaps(q, k, v, opts: AttentionOptions, alibi, varlen: bool, tiles, sw
     from kernels._hopper import hopper_unsupported
 
     used = opts.features + (["alibi_slopes"] if alibi is not None else [])
-    if switch == "hopper":  # the forward has the window, softcap and ALiBi; not dropout
-        used = [name for name in used if name == "dropout_p"]
+    used = [name for name in used if name == "dropout_p"]  # both have the window, softcap and ALiBi; not dropout
     used += [name for name, on in (("cu_seqlens_q/cu_seqlens_k (packed batches)", varlen),
                                    (f"algorithm={opts.algorithm!r}", opts.algorithm != "fa2"),
                                    ("fwd_tiles" if switch == "hopper" else "bwd_tiles", tiles is not None),
@@ -403,7 +406,7 @@ def _check_hopper(q, k, v, opts: AttentionOptions, alibi, varlen: bool, tiles, s
         which = "forward" if switch == "hopper" else "backward"
         raise NotImplementedError(f"{switch}=True does not support {'; '.join(used)}: the Hopper {which} covers "
                                   f"float16/bfloat16, head dims {spoken(_hopper_head_dims(switch))}, causal and full "
-                                  f"masks{', sliding windows, softcap, ALiBi' if switch == 'hopper' else ''} and GQA "
+                                  "masks, sliding windows, softcap, ALiBi and GQA "
                                   "on sm_90 "
                                   f"(call without {switch}=True for the portable kernels)")
 
@@ -585,8 +588,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
             heads' rows are contiguous ((B, H, N, D) dense); with hopper=True anything else,
             including dropout, packed batches, fwd_tiles and the forward's
             ablation switches, raises NotImplementedError naming it (with None it falls back).
-            Its output is contiguous. The Hopper backward has none of the features: with one,
-            the portable backward runs after the Hopper forward.
+            Its output is contiguous. With a window, softcap or ALiBi the default takes the Hopper
+            kernels only for the features HOPPER_FORWARD_FEATURES (HOPPER_BACKWARD_FEATURES for the
+            backward) names.
         hopper_overlap: with hopper=True, False runs the consumers serially (S, softmax, P V,
             one tile after another): the ablation of the overlap. Without hopper=True it must
             stay True (ValueError).
@@ -728,13 +732,15 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
             _check_hopper(q, k, v, opts, alibi, varlen, bwd_tiles, switch="hopper_backward")
         default_forward = hopper is None and hopper_forward_by_default(head_dim, k.shape[2], q.device)
         features_by_default = HOPPER_FORWARD_FEATURES.issuperset(features)
+        backward_features_by_default = HOPPER_BACKWARD_FEATURES.issuperset(features)
         default_backward = (hopper_backward is None and not deterministic
                             and hopper_backward_by_default(head_dim, causal, q.device))
         if default_forward or default_backward:
             opts = dataclasses.replace(
                 opts, hopper=opts.hopper or (default_forward and features_by_default
                                              and not _hopper_gaps(q, k, v, opts, alibi, varlen, fwd_tiles)),
-                hopper_backward=opts.hopper_backward or (default_backward and not _hopper_gaps(
+                hopper_backward=opts.hopper_backward or (default_backward and backward_features_by_default
+                                                         and not _hopper_gaps(
                     q, k, v, opts, alibi, varlen, bwd_tiles, switch="hopper_backward")))
 
         if q.numel() == 0:  # empty batch, heads or queries: nothing to launch

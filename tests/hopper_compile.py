@@ -93,19 +93,24 @@ FEATURE_CONFIGS = [
 ]
 
 
-def compile_backward(head_dim: int, causal: bool, dtype=torch.float16, n: int = 4096) -> str:
+def compile_backward(head_dim: int, causal: bool, dtype=torch.float16, n: int = 4096,
+                     window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0, alibi: bool = False) -> str:
     """The one-pass backward at its default schedule for sm_90a; a line with its MMA, TMA and ptxas counts."""
     x = torch.empty(1, 2, n, head_dim, dtype=dtype)
-    f32 = torch.empty(1, dtype=torch.float32)
+    f32 = torch.empty(1, 2, n, dtype=torch.float32)
+    slopes = torch.ones(1, 2, dtype=torch.float32) if alibi else None
     args, constants = _hopper_bwd.kernel_args(x, x, x, x, torch.empty(1, 2, n, head_dim), f32, f32, x, x,
-                                              head_dim ** -0.5, causal)
+                                              head_dim ** -0.5, causal, window_size=window_size, softcap=softcap,
+                                              alibi_slopes=slopes)
     schedule = _hopper_bwd.SCHEDULES[head_dim][0]
     compiled, ptx, arch, info, seconds = compile_sm90(_hopper_bwd._hopper_bwd, args, constants,
                                                       _hopper_bwd.max_regs(schedule))
-    return (f"bwd d{head_dim} causal={causal} {schedule}: {arch} shared={compiled.metadata.shared} "
+    features = "".join(f" {name}" for name, on in (("window", constants["WINDOW"]), ("softcap", softcap > 0),
+                                                     ("alibi", alibi)) if on)
+    return (f"bwd d{head_dim} causal={causal} {schedule}{features}: {arch} shared={compiled.metadata.shared} "
             f"wgmma={ptx.count('wgmma.mma_async')} setmaxnreg={ptx.count('setmaxnreg')} "
             f"tma_reduce={ptx.count('cp.reduce.async.bulk.tensor')} tma_load={ptx.count('cp.async.bulk.tensor')} "
-            f"({seconds:.1f} s) | {info}")
+            f"tanh={ptx.count('tanh.approx')} ({seconds:.1f} s) | {info}")
 
 
 def main() -> int:
@@ -119,6 +124,8 @@ def main() -> int:
     for head_dim in _hopper_bwd.HEAD_DIMS:
         for causal in (False, True):
             print(compile_backward(head_dim, causal), flush=True)
+        for features in FEATURE_CONFIGS:
+            print(compile_backward(head_dim, **features), flush=True)
     return 0
 
 
