@@ -45,6 +45,9 @@ from kernels.tiles import padded_head_dim
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 HEAD_DIMS = (64, 96, 128, 192, 256)
+# The training features (flash_attention's argument names) this forward has, and at which head dims
+FEATURES = ("window_size", "softcap", "alibi_slopes")
+FEATURE_HEAD_DIMS = HEAD_DIMS
 HALF_M = 64  # query rows of one consumer warpgroup; a program holds two
 BLOCK_M = 2 * HALF_M
 CONSUMER_WARPS = 4  # one warpgroup: the default partition, and the second consumer

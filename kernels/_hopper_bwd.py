@@ -54,6 +54,10 @@ from kernels._forward import strides
 from kernels._launch import launch_kernel, launch_keyed, row_descriptor
 
 HEAD_DIMS = (64, 128)  # of the forward's (kernels/_hopper.py), those this backward covers
+# The training features this backward has (the forward's), and at which head dims: named, not derived from
+# HEAD_DIMS, so that a kernel covering more head dims does not take the features there unwritten
+FEATURES = _hopper.FEATURES
+FEATURE_HEAD_DIMS = (64, 128)
 HALF_N = 64  # keys of one consumer warpgroup; a program holds two
 BLOCK_N = 2 * HALF_N
 BLOCK_M = 64  # query rows of one streamed tile

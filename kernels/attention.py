@@ -376,7 +376,8 @@ def _hopper_gaps(q, k, v, opts: AttentionOptions, alibi, varlen: bool, tiles, sw
     from kernels._hopper import hopper_unsupported
 
     used = opts.features + (["alibi_slopes"] if alibi is not None else [])
-    used = [name for name in used if name == "dropout_p"]  # both have the window, softcap and ALiBi; not dropout
+    covered = _hopper_features(switch, q.shape[-1])
+    used = [name for name in used if name not in covered]
     used += [name for name, on in (("cu_seqlens_q/cu_seqlens_k (packed batches)", varlen),
                                    (f"algorithm={opts.algorithm!r}", opts.algorithm != "fa2"),
                                    ("fwd_tiles" if switch == "hopper" else "bwd_tiles", tiles is not None),
@@ -387,6 +388,15 @@ def _hopper_gaps(q, k, v, opts: AttentionOptions, alibi, varlen: bool, tiles, sw
                                    ("atomic_dq=True", switch != "hopper" and opts.atomic_dq)) if on]
     return used + hopper_unsupported(q, k, v, opts.causal, _hopper_head_dims(switch), window_right=opts.window_right,
                                      alibi=alibi is not None)
+
+
+def _hopper_features(switch: str, head_dim: int) -> tuple[str, ...]:
+    """The training features the Hopper forward (switch "hopper") or backward ("hopper_backward") has at
+    this head dim (window, softcap, ALiBi; never dropout)."""
+    from kernels import _hopper, _hopper_bwd
+
+    kernel = _hopper if switch == "hopper" else _hopper_bwd
+    return kernel.FEATURES if head_dim in kernel.FEATURE_HEAD_DIMS else ()
 
 
 def _hopper_head_dims(switch: str) -> tuple[int, ...]:

@@ -151,6 +151,22 @@ def test_features_are_covered(kwargs, switch):
         flash_attention(q, q, q, **{switch: True}, **kwargs)
 
 
+def test_features_are_named_at_head_dims_a_kernel_lacks_them(monkeypatch):
+    """A kernel takes the features only at its FEATURE_HEAD_DIMS (a backward that grows head dims does not
+    take the features there unwritten): elsewhere hopper_backward=True names them."""
+    from kernels import _hopper_bwd
+
+    monkeypatch.setattr(_hopper_bwd, "FEATURE_HEAD_DIMS", (64,))
+    q = _t(1, 2, 64, 128)
+    with pytest.raises(NotImplementedError, match=r"hopper_backward=True does not support window_size; softcap"):
+        flash_attention(q, q, q, hopper_backward=True, window_size=(8, 0), softcap=5.0)
+    from kernels.attention import _hopper_features
+
+    assert _hopper_features("hopper_backward", 64) == _hopper_bwd.FEATURES
+    assert _hopper_features("hopper_backward", 128) == ()
+    assert _hopper_features("hopper", 128) == ("window_size", "softcap", "alibi_slopes")
+
+
 @pytest.mark.parametrize("n_q, n_k, window", [(128, 64, (16, 0)), (100, 40, (-1, 59)), (100, 40, (3, 10))])
 @pytest.mark.parametrize("switch", ["hopper", "hopper_backward"])
 def test_window_with_queries_that_see_no_key_is_refused(n_q, n_k, window, switch):
