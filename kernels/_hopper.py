@@ -469,15 +469,33 @@ _CONSTANTS = ("BLOCK_N", "HEAD_DIM", "OUT_DIM", "STAGES", "CAUSAL", "WINDOW", "S
 
 def _launch_values(q, k, softmax_scale, causal, overlap, block_n, stages, window_size, softcap, alibi_slopes,
                    dummy) -> tuple[tuple, tuple]:
-    """(the scalar and feature arguments after Out and Lse, the compile-time constants in _CONSTANTS' order)."""
-    n_q, head_dim = q.shape[2], q.shape[3]
-    heads, kv_heads, n_k = q.shape[1], k.shape[1], k.shape[2]
+    """(the scalar and feature arguments after Out and Lse, the compile-time constants in _CONSTANTS' order).
+    A call without features (the common one, whose host time the short sequences pay) reads them from a cache."""
+    _, heads, n_q, head_dim = q.shape
+    if window_size == (-1, -1) and not softcap and alibi_slopes is None:
+        before, after, constants = _plain_launch_values(n_q, heads, head_dim, k.shape[1], k.shape[2], softmax_scale,
+                                                        causal, overlap, block_n, stages)
+        return before + (dummy,) + after, constants
+    kv_heads, n_k = k.shape[1], k.shape[2]
     default_n, default_stages = default_config(head_dim)
     feature_args, switches = _features(n_q, n_k, softmax_scale, causal, window_size, softcap, alibi_slopes, dummy)
     scalars = (n_q, n_k, heads, heads // kv_heads, softmax_scale * LOG2E, *feature_args)
     constants = (block_n or default_n, padded_head_dim(head_dim), head_dim, stages or default_stages, *switches,
                  bool(overlap), CONSUMER_WARPS)
     return scalars, constants
+
+
+@functools.lru_cache(maxsize=1024)
+def _plain_launch_values(n_q, heads, head_dim, kv_heads, n_k, softmax_scale, causal, overlap, block_n,
+                         stages) -> tuple[tuple, tuple, tuple]:
+    """`_launch_values` without features: the scalars before and after the (unused) ALiBi pointer, and the
+    constants."""
+    default_n, default_stages = default_config(head_dim)
+    before = (n_q, n_k, heads, heads // kv_heads, softmax_scale * LOG2E)
+    after = (0, 0, 0, 0, 0.0, 0.0)
+    constants = (block_n or default_n, padded_head_dim(head_dim), head_dim, stages or default_stages, bool(causal),
+                 False, False, False, bool(overlap), CONSUMER_WARPS)
+    return before, after, constants
 
 
 def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool,

@@ -38,6 +38,8 @@ zeros to dQ and their dK, dV rows are not stored. Nothing here runs on Triton's 
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 from triton._C.libtriton import ir as _ir
@@ -536,9 +538,14 @@ _CONSTANTS = ("BLOCK_M", "HEAD_DIM", "STAGES", "CAUSAL", "WINDOW", "SOFTCAP", "A
 
 def _launch_values(q, k, softmax_scale, causal, schedule, stages, window_size, softcap, alibi_slopes,
                    dummy) -> tuple[tuple, tuple]:
-    """(the scalar and feature arguments after DV, the compile-time constants in _CONSTANTS' order)."""
-    n_q, heads, head_dim = q.shape[2], q.shape[1], q.shape[3]
+    """(the scalar and feature arguments after DV, the compile-time constants in _CONSTANTS' order); a call
+    without features reads them from a cache, as the forward's."""
+    _, heads, n_q, head_dim = q.shape
     kv_heads, n_k = k.shape[1], k.shape[2]
+    if window_size == (-1, -1) and not softcap and alibi_slopes is None:
+        before, after, constants = _plain_launch_values(n_q, heads, head_dim, kv_heads, n_k, softmax_scale, causal,
+                                                        schedule, stages)
+        return before + (dummy,) + after, constants
     default_schedule, default_stages = SCHEDULES[head_dim]
     schedule = schedule or default_schedule
     feature_args, switches = _hopper._features(n_q, n_k, softmax_scale, causal, window_size, softcap, alibi_slopes,
@@ -547,6 +554,20 @@ def _launch_values(q, k, softmax_scale, causal, schedule, stages, window_size, s
     constants = (BLOCK_M, head_dim, stages or default_stages, *switches, schedule == "fused",
                  schedule == "self_loading", CONSUMER_WARPS)
     return scalars, constants
+
+
+@functools.lru_cache(maxsize=1024)
+def _plain_launch_values(n_q, heads, head_dim, kv_heads, n_k, softmax_scale, causal, schedule,
+                         stages) -> tuple[tuple, tuple, tuple]:
+    """`_launch_values` without features: the scalars before and after the (unused) ALiBi pointer, and the
+    constants."""
+    default_schedule, default_stages = SCHEDULES[head_dim]
+    schedule = schedule or default_schedule
+    before = (n_q, n_k, kv_heads, heads // kv_heads, softmax_scale * _hopper.LOG2E, softmax_scale)
+    after = (0, 0, 0, 0, 0.0, 0.0)
+    constants = (BLOCK_M, head_dim, stages or default_stages, bool(causal), False, False, False, schedule == "fused",
+                 schedule == "self_loading", CONSUMER_WARPS)
+    return before, after, constants
 
 
 def max_regs(schedule: str) -> int:
