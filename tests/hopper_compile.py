@@ -66,6 +66,11 @@ def compile_sm90(kernel, args: tuple, constants: dict, maxnreg: int):
     return compiled, ptx, arch, info, time.time() - start
 
 
+def _feature_names(constants: dict) -> str:
+    """" window softcap alibi" (those the compile-time switches turn on), for a report line."""
+    return "".join(f" {name}" for name in ("window", "softcap", "alibi") if constants[name.upper()])
+
+
 def compile_config(head_dim: int, causal: bool, overlap: bool, dtype=torch.float16, n: int = 4096,
                    window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0, alibi: bool = False) -> str:
     """One configuration compiled for sm_90a; returns a line with what ptxas reports."""
@@ -75,8 +80,7 @@ def compile_config(head_dim: int, causal: bool, overlap: bool, dtype=torch.float
     args, constants = _hopper.kernel_args(x, x, x, x, f32, head_dim ** -0.5, causal, overlap, window_size=window_size,
                                           softcap=softcap, alibi_slopes=slopes)
     compiled, ptx, arch, info, seconds = compile_sm90(_hopper._hopper_fwd, args, constants, _hopper.MAX_REGS)
-    features = "".join(f" {name}" for name, on in (("window", constants["WINDOW"]), ("softcap", softcap > 0),
-                                                     ("alibi", alibi)) if on)
+    features = _feature_names(constants)
     return (f"d{head_dim} causal={causal} overlap={overlap}{features}: {arch} shared={compiled.metadata.shared} "
             f"wgmma={ptx.count('wgmma.mma_async')} setmaxnreg={ptx.count('setmaxnreg')} "
             f"tanh={ptx.count('tanh.approx')} ({seconds:.1f} s) | {info}")
@@ -105,8 +109,7 @@ def compile_backward(head_dim: int, causal: bool, dtype=torch.float16, n: int = 
     schedule = _hopper_bwd.SCHEDULES[head_dim][0]
     compiled, ptx, arch, info, seconds = compile_sm90(_hopper_bwd._hopper_bwd, args, constants,
                                                       _hopper_bwd.max_regs(schedule))
-    features = "".join(f" {name}" for name, on in (("window", constants["WINDOW"]), ("softcap", softcap > 0),
-                                                     ("alibi", alibi)) if on)
+    features = _feature_names(constants)
     return (f"bwd d{head_dim} causal={causal} {schedule}{features}: {arch} shared={compiled.metadata.shared} "
             f"wgmma={ptx.count('wgmma.mma_async')} setmaxnreg={ptx.count('setmaxnreg')} "
             f"tma_reduce={ptx.count('cp.reduce.async.bulk.tensor')} tma_load={ptx.count('cp.async.bulk.tensor')} "

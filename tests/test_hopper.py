@@ -29,6 +29,7 @@ from kernels._hopper import HEAD_DIMS
 from kernels._hopper_bwd import HEAD_DIMS as BACKWARD_HEAD_DIMS
 from kernels.attention import (HOPPER_BACKWARD_DEFAULTS, HOPPER_FORWARD_MIN_KEYS, hopper_backward_by_default,
                                hopper_forward_by_default)
+from test_features import _resolve, check_features
 from test_kernels import (DEVICE, assert_close_to_reference, check_against_reference, make_inputs,  # noqa: F401
                           poisoned_allocations)  # (a fixture)
 
@@ -230,26 +231,19 @@ def test_serial_switch_matches_reference(causal, poisoned_allocations):
     check_against_reference(q, k, v, causal, hopper=True, hopper_overlap=False)
 
 
-# The Hopper backward (kernels/_hopper_bwd.py): one pass, dQ by TMA reduce-add.
-def check_hopper_features(q, k, v, causal, switches, **features):
-    """flash_attention's output, lse and gradients with `switches` (which Hopper kernels run) and the
-    features, against the float64 reference with the same features (test_kernels' rule)."""
-    out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, **switches, **features)
-    d_out = torch.randn_like(out)
-    grads = torch.autograd.grad(out, (q, k, v), d_out)
-    ref_out, ref_lse = attention_reference(q, k, v, causal=causal, upcast=True, **features)
-    ref_grads = torch.autograd.grad(ref_out, (q, k, v), d_out.double())
-    low_out, low_lse = attention_reference(q, k, v, causal=causal, upcast=False, **features)
-    low_grads = torch.autograd.grad(low_out, (q, k, v), d_out)
-    assert out.shape == q.shape and out.dtype == q.dtype and lse.shape == q.shape[:3]
-    assert not torch.isnan(out).any() and not torch.isnan(lse).any()
-    assert_close_to_reference("out", out, low_out, ref_out)
-    assert_close_to_reference("lse", lse, low_lse, ref_lse)
-    for name, ours, low, ref in zip(("dq", "dk", "dv"), grads, low_grads, ref_grads):
-        assert not torch.isnan(ours).any(), f"{name} has NaN"
-        assert_close_to_reference(name, ours, low, ref)
+def assert_gradients_match(grads, q, k, v, d_out, causal, **features):
+    """A direct hopper_backward call's dq, dk, dv against the float64 reference's (test_kernels' rule), with the
+    features."""
+    ref = attention_reference(q, k, v, causal=causal, upcast=True, **features)[0]
+    low = attention_reference(q, k, v, causal=causal, upcast=False, **features)[0]
+    ref_grads = torch.autograd.grad(ref, (q, k, v), d_out.double())
+    low_grads = torch.autograd.grad(low, (q, k, v), d_out)
+    for name, ours, lo, hi in zip(("dq", "dk", "dv"), grads, low_grads, ref_grads):
+        assert ours.shape == hi.shape and ours.dtype == q.dtype
+        assert_close_to_reference(name, ours, lo, hi)
 
 
+# The forward's and the backward's features (the window, softcap, ALiBi).
 # (batch, heads, kv_heads, seqlen_q, seqlen_k, head_dim), causal, features: windows whose edges fall on,
 # before and after the 128-key tiles (and the 64-key tiles of head dim 256), alone and with softcap and
 # ALiBi ("h": (H,) slopes, "bh": (B, H)), odd lengths, Nq != Nk, grouped-query heads.
@@ -273,14 +267,6 @@ FEATURE_CASES = [
 ]
 
 
-def _slopes_for(features, batch, heads):
-    kind = features.get("alibi_slopes")
-    if kind is None:
-        return features
-    shape = (heads,) if kind == "h" else (batch, heads)
-    return dict(features, alibi_slopes=torch.rand(*shape, device=DEVICE, dtype=torch.float32) * 0.5 + 0.05)
-
-
 @sm90
 @pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "serial"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
@@ -289,8 +275,8 @@ def test_forward_features_match_reference(name, shape, causal, features, dtype, 
     """The Hopper forward with the features, and the gradients through the portable backward it feeds."""
     torch.manual_seed(sum(map(ord, name)))
     q, k, v = make_inputs(*shape, dtype)
-    check_hopper_features(q, k, v, causal, dict(hopper=True, hopper_overlap=overlap, hopper_backward=False),
-                          **_slopes_for(features, shape[0], shape[1]))
+    check_features(q, k, v, causal, switches=dict(hopper=True, hopper_overlap=overlap, hopper_backward=False),
+                   **_resolve(features, shape[0], shape[1]))
 
 
 @sm90
@@ -303,8 +289,8 @@ def test_hopper_backward_features_match_reference(name, shape, causal, features,
     """The Hopper backward with the features (its default schedule at each head dim), after either forward."""
     torch.manual_seed(sum(map(ord, name)) + 1)
     q, k, v = make_inputs(*shape, dtype)
-    check_hopper_features(q, k, v, causal, dict(hopper=forward == "hopper", hopper_backward=True),
-                          **_slopes_for(features, shape[0], shape[1]))
+    check_features(q, k, v, causal, switches=dict(hopper=forward == "hopper", hopper_backward=True),
+                   **_resolve(features, shape[0], shape[1]))
 
 
 @sm90
@@ -319,20 +305,14 @@ def test_hopper_backward_schedules_with_features(schedule, head_dim, causal, fea
 
     torch.manual_seed(head_dim)
     q, k, v = make_inputs(2, 4, 2, 700, 900, head_dim, torch.float16)
-    features = _slopes_for(features, 2, 4)
+    features = _resolve(features, 2, 4)
     out, lse = flash_attention(q, k, v, causal=causal, return_lse=True, hopper=False, **features)
     d_out = torch.randn_like(out)
     slopes = features.get("alibi_slopes")
     grads = hopper_backward(d_out, q.detach(), k.detach(), v.detach(), out.detach(), lse, head_dim ** -0.5, causal,
                             schedule=schedule, window_size=features.get("window_size", (-1, -1)),
                             softcap=features.get("softcap", 0.0), alibi_slopes=slopes)
-    ref = attention_reference(q, k, v, causal=causal, upcast=True, **features)[0]
-    low = attention_reference(q, k, v, causal=causal, upcast=False, **features)[0]
-    ref_grads = torch.autograd.grad(ref, (q, k, v), d_out.double())
-    low_grads = torch.autograd.grad(low, (q, k, v), d_out)
-    for name, ours, lo, hi in zip(("dq", "dk", "dv"), grads, low_grads, ref_grads):
-        assert ours.shape == hi.shape and ours.dtype == q.dtype
-        assert_close_to_reference(name, ours, lo, hi)
+    assert_gradients_match(grads, q, k, v, d_out, causal, **features)
 
 
 @sm90
@@ -370,6 +350,7 @@ def test_default_kernels_with_features_follow_the_feature_lists(hopper_calls):
         assert ("bwd" in hopper_calls) == (name in HOPPER_BACKWARD_FEATURES), name
 
 
+# The Hopper backward (kernels/_hopper_bwd.py): one pass, dQ by TMA reduce-add.
 BACKWARD_SHAPES = [
     (2, 4, 4, 1024, 1024, 128),
     (1, 8, 2, 1000, 1000, 64),     # grouped-query, lengths off the tile size
@@ -407,13 +388,7 @@ def test_hopper_backward_schedules(schedule, stages, causal, head_dim, poisoned_
     d_out = torch.randn(1, 700, 4, head_dim, device=DEVICE, dtype=torch.float16).transpose(1, 2)
     grads = hopper_backward(d_out, q.detach(), k.detach(), v.detach(), out.detach(), lse, head_dim ** -0.5, causal,
                             schedule=schedule, stages=stages)
-    ref = attention_reference(q, k, v, causal=causal, upcast=True)[0]
-    low = attention_reference(q, k, v, causal=causal, upcast=False)[0]
-    ref_grads = torch.autograd.grad(ref, (q, k, v), d_out.double())
-    low_grads = torch.autograd.grad(low, (q, k, v), d_out)
-    for name, ours, lo, hi in zip(("dq", "dk", "dv"), grads, low_grads, ref_grads):
-        assert ours.shape == hi.shape and ours.dtype == q.dtype
-        assert_close_to_reference(name, ours, lo, hi)
+    assert_gradients_match(grads, q, k, v, d_out, causal)
 
 
 @sm90
