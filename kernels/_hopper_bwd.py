@@ -28,11 +28,15 @@ so the launch can give every thread 255 registers, where the 12 warps of a produ
 168 and the plain consumers spill 172-308 bytes); "plain" (`_consumer` with the producer) stays for
 the tests and probes.
 
-It covers what the Hopper forward covers at head dims 64 and 128 (float16 and bfloat16, causal with
-seqlen_q <= seqlen_k and full masks, grouped-query attention, (B, H, N, D) inputs whose heads' rows
-are contiguous, the sliding window, softcap and ALiBi; under a window a program streams only the
-query tiles whose windows reach its keys, and softcap's gradient multiplies dS by 1 - tanh^2), not
-dropout; `kernels._hopper.hopper_unsupported` names the rest. Q, K, V and dO are read as one (B*H*N, D) matrix: rows past a head's end belong to the next
+At head dims 192 and 256 two consumers' dK and dV would not fit the register file: `hopper_backward`
+hands those to `kernels/_hopper_bwd_wide.py`, where both consumers share one block of 64 keys.
+
+It covers what the Hopper forward covers at head dims 64, 128, 192 and 256 (float16 and bfloat16, causal
+with seqlen_q <= seqlen_k and full masks, grouped-query attention, (B, H, N, D) inputs whose heads' rows
+are contiguous), and at 64 and 128 the sliding window, softcap and ALiBi (under a window a program
+streams only the query tiles whose windows reach its keys, and softcap's gradient multiplies dS by
+1 - tanh^2); not dropout; `kernels._hopper.hopper_unsupported` names the rest. Q, K, V and dO are read
+as one (B*H*N, D) matrix: rows past a head's end belong to the next
 head (or read as zeros past the tensor), and the masks zero their scores, so their dS rows add
 zeros to dQ and their dK, dV rows are not stored. Nothing here runs on Triton's interpreter.
 """
@@ -55,9 +59,10 @@ from kernels._backward import _attn_bwd_delta
 from kernels._forward import strides
 from kernels._launch import launch_kernel, launch_keyed, row_descriptor
 
-HEAD_DIMS = (64, 128)  # of the forward's (kernels/_hopper.py), those this backward covers
+HEAD_DIMS = (64, 128, 192, 256)  # of the forward's (kernels/_hopper.py), those this backward covers
+WIDE_HEAD_DIMS = (192, 256)  # run by kernels/_hopper_bwd_wide.py
 # The training features this backward has (the forward's), and at which head dims: named, not derived from
-# HEAD_DIMS, so that a kernel covering more head dims does not take the features there unwritten
+# HEAD_DIMS (the wide kernel has none of them)
 FEATURES = _hopper.FEATURES
 FEATURE_HEAD_DIMS = (64, 128)
 HALF_N = 64  # keys of one consumer warpgroup; a program holds two
@@ -79,6 +84,10 @@ _LOG2E = gl.constexpr(_hopper.LOG2E)
 def default_config(head_dim: int) -> dict:
     """The tiles at this head dim, for the record: query rows streamed, keys a program holds, warps (the
     producer's counted as a warpgroup, as the Hopper forward's are) and ring slots."""
+    if head_dim in WIDE_HEAD_DIMS:
+        from kernels import _hopper_bwd_wide
+
+        return _hopper_bwd_wide.default_config()
     schedule, stages = SCHEDULES[head_dim]
     warps = 2 * CONSUMER_WARPS if schedule == "self_loading" else TOTAL_WARPS
     return dict(block_m=BLOCK_M, block_n=BLOCK_N, num_warps=warps, num_stages=stages)
@@ -416,6 +425,23 @@ def _consumer_fused(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, r
     tma.store_wait(0)
 
 
+@gluon.jit
+def _program_queries(key0, N_Q, N_K, KV_HEADS, GROUP, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
+    """What a program of keys [key0, ...) of (batch, kv head) program_id(1) streams: its first query head
+    (the group's heads follow it), its first key row in the (B*Hkv*N, D) matrix, and the query tiles
+    m_start.. of each head that can see its keys (n_m of them). Both backward kernels' programs start here."""
+    off_hkv = gl.program_id(1)  # batch * KV_HEADS + kv head
+    q_head0 = (off_hkv // KV_HEADS) * (KV_HEADS * GROUP) + (off_hkv % KV_HEADS) * GROUP
+    kv_row = off_hkv * N_K + key0
+    n_m_total = gl.cdiv(N_Q, BLOCK_M)
+    if CAUSAL:  # the block's first key is visible from query key0 - (N_K - N_Q) on
+        m_start = gl.maximum(key0 - (N_K - N_Q), 0) // BLOCK_M
+    else:
+        m_start = 0
+    n_m = gl.maximum(n_m_total - m_start, 0)
+    return q_head0, kv_row, m_start, n_m
+
+
 @gluon.jit(do_not_specialize=["stride_az", "stride_ah", "win_left", "win_right"],
            do_not_specialize_on_alignment=["Alibi"])
 def _hopper_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, DK, DV, N_Q, N_K, KV_HEADS, GROUP,
@@ -429,20 +455,11 @@ def _hopper_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, DK, DV, N_
     streams only the query tiles whose windows reach its keys."""
     HALF: gl.constexpr = k_desc.block_type.shape[0]
     key0 = gl.program_id(0) * 2 * HALF
-    off_hkv = gl.program_id(1)  # batch * KV_HEADS + kv head
-    q_head0 = (off_hkv // KV_HEADS) * (KV_HEADS * GROUP) + (off_hkv % KV_HEADS) * GROUP
-    kv_row = off_hkv * N_K + key0
-    n_m_total = gl.cdiv(N_Q, BLOCK_M)
-    if WINDOW:  # query q sees keys q + N_K - N_Q - win_left .. q + N_K - N_Q + win_right
+    q_head0, kv_row, m_start, n_m = _program_queries(key0, N_Q, N_K, KV_HEADS, GROUP, BLOCK_M, CAUSAL)
+    if WINDOW:  # query q sees keys q + N_K - N_Q - win_left .. q + N_K - N_Q + win_right (CAUSAL is off)
         m_start = gl.maximum(key0 - (N_K - N_Q) - win_right, 0) // BLOCK_M
         last_query = gl.minimum(key0 + 2 * HALF, N_K) - 1 - (N_K - N_Q) + win_left  # the last that sees a key here
         n_m = gl.maximum(gl.cdiv(gl.minimum(last_query + 1, N_Q), BLOCK_M) - m_start, 0)
-    else:
-        if CAUSAL:  # the block's first key is visible from query key0 - (N_K - N_Q) on
-            m_start = gl.maximum(key0 - (N_K - N_Q), 0) // BLOCK_M
-        else:
-            m_start = 0
-        n_m = gl.maximum(n_m_total - m_start, 0)
 
     HEADS = KV_HEADS * GROUP
     dtype: gl.constexpr = q_desc.dtype
@@ -577,26 +594,49 @@ def max_regs(schedule: str) -> int:
     return 256 if schedule == "self_loading" else MAX_REGS
 
 
+def backward_inputs(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+    """do (made contiguous), q, k, v, each at a 16-byte aligned address as TMA reads them, and dk, dv to fill."""
+    do = _hopper.aligned(do.contiguous())
+    q, k, v = _hopper.aligned(q), _hopper.aligned(k), _hopper.aligned(v)
+    return do, q, k, v, torch.empty_like(k), torch.empty_like(v)
+
+
+def delta_pass(out: torch.Tensor, do: torch.Tensor, dq_acc: torch.Tensor, zero_dq: bool) -> torch.Tensor:
+    """delta = rowsum(dO * O), (B, H, N) float32, by the portable backward's pre-pass; with zero_dq it also
+    zeroes the float32 dQ accumulator, laid out (B, H, N, D)."""
+    batch, heads, n_q, head_dim = out.shape
+    out = out.contiguous()
+    delta = torch.empty((batch, heads, n_q), device=out.device, dtype=torch.float32)
+    delta_block = 64
+    launch_kernel(_attn_bwd_delta, (triton.cdiv(n_q, delta_block) * batch * heads,),
+                  out, do, delta, dq_acc, *strides(out, False), *strides(do, False), heads, n_q, delta, 0,
+                  HEAD_DIM=head_dim, HEAD_DIM_PAD=triton.next_power_of_2(head_dim), BLOCK_M=delta_block,
+                  VARLEN=False, ZERO_DQ=zero_dq)
+    return delta
+
+
 def hopper_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                     lse: torch.Tensor, softmax_scale: float, causal: bool, schedule: str | None = None,
                     stages: int | None = None, window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
                     alibi_slopes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv of attention(q, k, v) given the output, its log-sum-exp and d_out (callers check
     `hopper_unsupported` first; do and out may have any strides: they are made contiguous here).
-    `window_size`, `softcap` and `alibi_slopes` (a (B, H) float32 view) as the forward took them.
-    `schedule` ("plain", "fused" or "self_loading") and `stages` override SCHEDULES (for the tests and probes). Both
+    `window_size`, `softcap` and `alibi_slopes` (a (B, H) float32 view) as the forward took them (head dims
+    64 and 128). `schedule` ("plain", "fused" or "self_loading") and `stages` override SCHEDULES (for the tests
+    and probes; at head dims 192 and 256, `kernels._hopper_bwd_wide.wide_backward` runs with its own schedule). Both
     kernels launch as the Hopper forward does: through Triton's JIT on a shape's first call, then
     directly (`kernels._launch`; the window's and ALiBi's integers are not specialised on)."""
     batch, heads, n_q, head_dim = q.shape
-    do, out = _hopper.aligned(do.contiguous()), out.contiguous()  # TMA reads 16-byte aligned addresses only
-    q, k, v = _hopper.aligned(q), _hopper.aligned(k), _hopper.aligned(v)
-    dk, dv = torch.empty_like(k), torch.empty_like(v)
-    delta = torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32)
+    if head_dim in WIDE_HEAD_DIMS:
+        if window_size != (-1, -1) or softcap or alibi_slopes is not None:
+            raise NotImplementedError(f"the Hopper backward has the window, softcap and ALiBi at head dims "
+                                      f"{FEATURE_HEAD_DIMS}, not {head_dim}")
+        from kernels._hopper_bwd_wide import wide_backward
+
+        return wide_backward(do, q, k, v, out, lse, softmax_scale, causal)
+    do, q, k, v, dk, dv = backward_inputs(do, q, k, v)
     dq_acc = torch.empty((batch, heads, n_q, head_dim), device=q.device, dtype=torch.float32)
-    delta_block = 64
-    launch_kernel(_attn_bwd_delta, (triton.cdiv(n_q, delta_block) * batch * heads,),
-                  out, do, delta, dq_acc, *strides(out, False), *strides(do, False), heads, n_q, delta, 0,
-                  HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=delta_block, VARLEN=False, ZERO_DQ=True)
+    delta = delta_pass(out, do, dq_acc, zero_dq=True)
     lse = lse.contiguous()
     scalars, constants = _launch_values(q, k, softmax_scale, causal, schedule, stages, window_size, softcap,
                                         alibi_slopes, lse)

@@ -80,8 +80,10 @@ HOPPER_BACKWARD_FEATURES = frozenset()
 # `hopper_backward` is not given, deterministic=False and the kernel covers the call: every pair it
 # covers, as it is faster than the portable backward there on the H200 (the 8a451f2 archive's hopper
 # ablation: 1.06-1.20x at 64, 1.10-1.21x at 128 full, 1.01-1.08x at 128 causal, before the
-# self-loading schedule added 1.06-1.10x at 128; notes/perf.md v15, v16).
-HOPPER_BACKWARD_DEFAULTS = ((64, False), (64, True), (128, False), (128, True))
+# self-loading schedule added 1.06-1.10x at 128; notes/perf.md v15, v16), and at 192 and 256
+# (kernels/_hopper_bwd_wide.py; notes/perf.md v20).
+HOPPER_BACKWARD_DEFAULTS = ((64, False), (64, True), (128, False), (128, True), (192, False), (192, True),
+                            (256, False), (256, True))
 
 
 def _interpreter_on() -> bool:
@@ -612,7 +614,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
             TMA, dK and dV in registers, dQ added into a float32 accumulator by TMA reduce-add
             instead of the portable backward's separate dQ kernel), after either forward; False
             the portable backward (the ablations of the FlashAttention-2 kernels pin it). Same
-            coverage as hopper=True at head dims 64 and 128, and not with bwd_tiles (its tiles are
+            coverage as hopper=True at head dims 64, 128, 192 and 256, and not with bwd_tiles (its tiles are
             fixed), else NotImplementedError; not bitwise reproducible, so deterministic=True with it
             is a ValueError.
 

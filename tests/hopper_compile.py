@@ -27,7 +27,7 @@ from triton.compiler import make_backend
 from triton.experimental.gluon._runtime import GluonASTSource
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from kernels import _hopper, _hopper_bwd
+from kernels import _hopper, _hopper_bwd, _hopper_bwd_wide
 
 SM90 = GPUTarget("cuda", 90, 32)
 
@@ -99,17 +99,27 @@ FEATURE_CONFIGS = [
 
 def compile_backward(head_dim: int, causal: bool, dtype=torch.float16, n: int = 4096,
                      window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0, alibi: bool = False) -> str:
-    """The one-pass backward at its default schedule for sm_90a; a line with its MMA, TMA and ptxas counts."""
+    """The one-pass backward at its default schedule for sm_90a (the wide kernel at 192 and 256, which has no
+    features); a line with its MMA, TMA and ptxas counts."""
     x = torch.empty(1, 2, n, head_dim, dtype=dtype)
     f32 = torch.empty(1, 2, n, dtype=torch.float32)
-    slopes = torch.ones(1, 2, dtype=torch.float32) if alibi else None
-    args, constants = _hopper_bwd.kernel_args(x, x, x, x, torch.empty(1, 2, n, head_dim), f32, f32, x, x,
-                                              head_dim ** -0.5, causal, window_size=window_size, softcap=softcap,
-                                              alibi_slopes=slopes)
-    schedule = _hopper_bwd.SCHEDULES[head_dim][0]
-    compiled, ptx, arch, info, seconds = compile_sm90(_hopper_bwd._hopper_bwd, args, constants,
-                                                      _hopper_bwd.max_regs(schedule))
-    features = _feature_names(constants)
+    features = ""
+    if head_dim in _hopper_bwd.WIDE_HEAD_DIMS:
+        wide = _hopper_bwd_wide.SCHEDULE
+        args, constants = _hopper_bwd_wide.kernel_args(x, x, x, x, torch.empty(1, 2, head_dim, n), f32, f32, x, x,
+                                                       head_dim ** -0.5, causal, **wide)
+        schedule = "wide " + " ".join(f"{k}={v}" for k, v in wide.items())
+        compiled, ptx, arch, info, seconds = compile_sm90(_hopper_bwd_wide._wide_bwd, args, constants,
+                                                          _hopper_bwd_wide.max_regs(wide["self_loading"]))
+    else:
+        slopes = torch.ones(1, 2, dtype=torch.float32) if alibi else None
+        args, constants = _hopper_bwd.kernel_args(x, x, x, x, torch.empty(1, 2, n, head_dim), f32, f32, x, x,
+                                                  head_dim ** -0.5, causal, window_size=window_size, softcap=softcap,
+                                                  alibi_slopes=slopes)
+        schedule = _hopper_bwd.SCHEDULES[head_dim][0]
+        compiled, ptx, arch, info, seconds = compile_sm90(_hopper_bwd._hopper_bwd, args, constants,
+                                                          _hopper_bwd.max_regs(schedule))
+        features = _feature_names(constants)
     return (f"bwd d{head_dim} causal={causal} {schedule}{features}: {arch} shared={compiled.metadata.shared} "
             f"wgmma={ptx.count('wgmma.mma_async')} setmaxnreg={ptx.count('setmaxnreg')} "
             f"tma_reduce={ptx.count('cp.reduce.async.bulk.tensor')} tma_load={ptx.count('cp.async.bulk.tensor')} "
@@ -127,7 +137,7 @@ def main() -> int:
     for head_dim in _hopper_bwd.HEAD_DIMS:
         for causal in (False, True):
             print(compile_backward(head_dim, causal), flush=True)
-        for features in FEATURE_CONFIGS:
+        for features in FEATURE_CONFIGS if head_dim in _hopper_bwd.FEATURE_HEAD_DIMS else ():
             print(compile_backward(head_dim, **features), flush=True)
     return 0
 

@@ -201,8 +201,8 @@ def test_compiles_for_sm90a_without_spills():
         assert "setmaxnreg=0" not in line, line
         assert ("tanh=0 " in line) == ("softcap" not in line.split(":")[0]), line
     # The one-pass backward: wgmma, TMA loads, setmaxnreg and the TMA reduce-add of dQ in every
-    # configuration; no spills at head dim 64 and at 128 full (the self-loading schedule; causal spills
-    # 220 bytes there, against 308 with the producer warp; notes/perf.md, v16).
+    # configuration; no spills at head dims 64, 192 and 256 and at 128 full (the self-loading schedule;
+    # causal spills 220 bytes there, against 308 with the producer warp; notes/perf.md, v16).
     backward = [line for line in done.stdout.splitlines() if line.startswith("bwd d")]
     plain = [line for line in backward if not any(f in line.split(":")[0] for f in ("window", "softcap", "alibi"))]
     assert len(plain) == 2 * len(BACKWARD_HEAD_DIMS) and len(backward) - len(plain) == 2 * 5, done.stdout
@@ -210,7 +210,7 @@ def test_compiles_for_sm90a_without_spills():
         assert "sm_90a" in line and "wgmma=0 " not in line and "tma_reduce=0 " not in line, line
         assert "tma_load=0 " not in line and "setmaxnreg=0" not in line, line
         assert ("tanh=0 " in line) == ("softcap" not in line.split(":")[0]), line
-        if line in plain and (line.startswith("bwd d64") or line.startswith("bwd d128 causal=False")):
+        if line in plain and line.startswith(("bwd d64", "bwd d128 causal=False", "bwd d192", "bwd d256")):
             assert " 0 bytes spill stores" in line, line
         # with the features: at most 24 bytes at head dim 64 (all three together) and 440 at 128, where the
         # plain causal default spills 220 (notes/round22/hopper_compile_v22.txt)
@@ -358,6 +358,9 @@ BACKWARD_SHAPES = [
     (1, 2, 2, 64, 64, 64),         # one key tile
     (1, 2, 2, 1, 300, 128),        # a single query
     (1, 2, 2, 777, 200, 64),       # Nq > Nk, full mask
+    (1, 4, 2, 700, 900, 256),      # the wide kernel (kernels/_hopper_bwd_wide.py): GQA, Nq < Nk
+    (2, 3, 1, 129, 385, 192),      # 192 in the tiles of 256, multi-query, ragged
+    (1, 2, 2, 1, 300, 256),        # a single query (the dQ^T accumulator's rows padded to 4 floats)
 ]
 
 
@@ -391,17 +394,41 @@ def test_hopper_backward_schedules(schedule, stages, causal, head_dim, poisoned_
     assert_gradients_match(grads, q, k, v, d_out, causal)
 
 
+WIDE_SCHEDULES = [dict(self_loading=True, do_stages=1, dq_bufs=2), dict(self_loading=True, do_stages=2, dq_bufs=1),
+                  dict(self_loading=False, do_stages=1, dq_bufs=2), dict(self_loading=False, do_stages=2, dq_bufs=1)]
+
+
 @sm90
-def test_hopper_backward_tensors_over_2_31_elements():
-    """2^31 elements in q (2^15 heads x 1024 x 64) and 2^32 bytes of float32 dQ accumulator: the
+@pytest.mark.parametrize("schedule", WIDE_SCHEDULES, ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [192, 256])
+def test_wide_backward_schedules(schedule, causal, head_dim, poisoned_allocations):
+    """Every schedule of the wide kernel (self-loading or a producer warp, one or two dO slots, one or two
+    dQ^T staging buffers) at both of its head dims, on a ragged GQA shape with a d_out that is not
+    contiguous."""
+    from kernels._hopper_bwd_wide import wide_backward
+
+    q, k, v = make_inputs(1, 4, 2, 700, 900, head_dim, torch.bfloat16)
+    out, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
+    d_out = torch.randn(1, 700, 4, head_dim, device=DEVICE, dtype=torch.bfloat16).transpose(1, 2)
+    grads = wide_backward(d_out, q.detach(), k.detach(), v.detach(), out.detach(), lse, head_dim ** -0.5, causal,
+                          **schedule)
+    assert_gradients_match(grads, q, k, v, d_out, causal)
+
+
+@sm90
+@pytest.mark.parametrize("head_dim", [64, 256])
+def test_hopper_backward_tensors_over_2_31_elements(head_dim):
+    """2^31 elements in q (2^31 / (1024 x D) heads x 1024 x D) and 2^33 bytes of float32 dQ accumulator: the
     descriptors' rows and the dK/dV epilogue's 64-bit offsets, checked on the first and last heads."""
     torch.manual_seed(9)
-    q, k, v = (torch.randn(1, 1 << 15, 1024, 64, device="cuda", dtype=torch.float16, requires_grad=True)
+    heads = (1 << 31) // (1024 * head_dim)
+    q, k, v = (torch.randn(1, heads, 1024, head_dim, device="cuda", dtype=torch.float16, requires_grad=True)
                for _ in range(3))
     assert q.numel() >= 2**31
     d_out = torch.randn_like(q)
     grads = torch.autograd.grad(flash_attention(q, k, v, hopper_backward=True), (q, k, v), d_out)
-    for i in (0, (1 << 15) - 1):
+    for i in (0, heads - 1):
         parts = [t[:, i:i + 1].detach().requires_grad_() for t in (q, k, v)]
         ref = torch.autograd.grad(attention_reference(*parts)[0], parts, d_out[:, i:i + 1].double())
         low = torch.autograd.grad(attention_reference(*parts, upcast=False)[0], parts, d_out[:, i:i + 1])
@@ -440,7 +467,7 @@ def test_default_backward_is_the_hopper_one_where_it_covers_the_call(hopper_call
         torch.autograd.grad(out, k, torch.randn_like(out))
         return "bwd" in hopper_calls
 
-    for head_dim in (64, 128):
+    for head_dim in (64, 128, 192, 256):
         q, k, v = make_inputs(2, 4, 2, 700, 900, head_dim, torch.float16)
         for causal in (False, True):
             assert backward_ran(q, k, v, causal) == ((head_dim, causal) in HOPPER_BACKWARD_DEFAULTS)
@@ -475,11 +502,12 @@ def test_hopper_backward_unsupported_features_are_named(kwargs, named):
     assert "window_size" not in str(refused.value) and "softcap;" not in str(refused.value)  # both covered
 
 
-@pytest.mark.parametrize("head_dim", [96, 192, 256])
-def test_hopper_backward_refuses_the_head_dims_only_the_forward_covers(head_dim):
+@pytest.mark.parametrize("head_dim", [96, 80])
+def test_hopper_backward_refuses_the_head_dims_it_does_not_cover(head_dim):
     q = _t(1, 2, 64, head_dim)
     with pytest.raises(NotImplementedError, match=rf"hopper_backward=True does not support .*head dim {head_dim} "
-                       r"\(64 and 128 only\).*the Hopper backward covers float16/bfloat16, head dims 64 and 128,"):
+                       r"\(64, 128, 192 and 256 only\).*the Hopper backward covers float16/bfloat16, head dims 64, "
+                       r"128, 192 and 256,"):
         flash_attention(q, q, q, hopper_backward=True)
 
 
@@ -518,11 +546,12 @@ def test_default_forward_is_portable_off_hopper():
         for head_dim in (96, 192, 256):
             assert hopper_forward_by_default(head_dim, 1, torch.device("cuda")) == IS_SM90
         assert not hopper_forward_by_default(80, 8192, torch.device("cuda"))
-    assert HOPPER_BACKWARD_DEFAULTS == ((64, False), (64, True), (128, False), (128, True))
+    assert HOPPER_BACKWARD_DEFAULTS == ((64, False), (64, True), (128, False), (128, True), (192, False), (192, True),
+                                        (256, False), (256, True))
     assert not any(hopper_backward_by_default(d, c, torch.device("cpu")) for d, c in HOPPER_BACKWARD_DEFAULTS)
     if torch.cuda.is_available():
-        assert hopper_backward_by_default(64, True, torch.device("cuda")) == IS_SM90
-        assert hopper_backward_by_default(128, True, torch.device("cuda")) == IS_SM90
+        for head_dim in (64, 128, 192, 256):
+            assert hopper_backward_by_default(head_dim, True, torch.device("cuda")) == IS_SM90
         assert not hopper_backward_by_default(96, False, torch.device("cuda"))
 
 
