@@ -70,11 +70,13 @@ ALGORITHMS = ("fa2", "fa1")
 HOPPER_FORWARD_MIN_KEYS = {64: 4096, 96: 0, 128: 0, 192: 0, 256: 0}
 # The training features (flash_attention's argument names) with which the default (hopper=None) still
 # picks the Hopper forward where it covers the call; with any other, the portable forward runs. The
-# Hopper forward has the sliding window, softcap and ALiBi (hopper=True takes them); the default
-# takes none of them until they are measured against the portable forward on the H200
-# (notes/round22/hopper_features_probe.py).
-HOPPER_FORWARD_FEATURES = frozenset()
-# The same for the Hopper backward (kernels/_hopper_bwd.py), which has them too at head dims 64 and 128.
+# Hopper forward has the sliding window, softcap and ALiBi (hopper=True takes them all). The window and
+# softcap are faster there at every length timed, at head dims 64 and 128 (1.21-1.33x and 1.04-1.25x the
+# portable forward on the H200, 1k-16k keys); ALiBi without a mask is not at head dim 64 (0.85-0.98x), so it
+# stays on the portable forward (notes/round22/h200/hopper_features_probe_h200.csv, notes/perf.md).
+HOPPER_FORWARD_FEATURES = frozenset({"window_size", "softcap"})
+# The same for the Hopper backward (kernels/_hopper_bwd.py), which has them too at head dims 64 and 128;
+# none until its head dim 128 arms are timed against the portable backward.
 HOPPER_BACKWARD_FEATURES = frozenset()
 # (head dim, causal) at which flash_attention runs the Hopper backward (kernels/_hopper_bwd.py) when
 # `hopper_backward` is not given, deterministic=False and the kernel covers the call: every pair it
@@ -399,6 +401,14 @@ def _hopper_features(switch: str, head_dim: int) -> tuple[str, ...]:
 
     kernel = _hopper if switch == "hopper" else _hopper_bwd
     return kernel.FEATURES if head_dim in kernel.FEATURE_HEAD_DIMS else ()
+
+
+def hopper_features_by_default(switch: str, head_dim: int) -> frozenset[str]:
+    """The training features with which flash_attention's default still runs the Hopper forward (switch
+    "hopper") or backward ("hopper_backward") at this head dim: those HOPPER_FORWARD_FEATURES
+    (HOPPER_BACKWARD_FEATURES) names that the kernel has there."""
+    listed = HOPPER_FORWARD_FEATURES if switch == "hopper" else HOPPER_BACKWARD_FEATURES
+    return listed & frozenset(_hopper_features(switch, head_dim))
 
 
 def _hopper_head_dims(switch: str) -> tuple[int, ...]:
@@ -743,8 +753,8 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         if hopper_backward:
             _check_hopper(q, k, v, opts, alibi, varlen, bwd_tiles, switch="hopper_backward")
         default_forward = hopper is None and hopper_forward_by_default(head_dim, k.shape[2], q.device)
-        features_by_default = HOPPER_FORWARD_FEATURES.issuperset(features)
-        backward_features_by_default = HOPPER_BACKWARD_FEATURES.issuperset(features)
+        features_by_default = hopper_features_by_default("hopper", head_dim).issuperset(features)
+        backward_features_by_default = hopper_features_by_default("hopper_backward", head_dim).issuperset(features)
         default_backward = (hopper_backward is None and not deterministic
                             and hopper_backward_by_default(head_dim, causal, q.device))
         if default_forward or default_backward:

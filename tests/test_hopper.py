@@ -333,6 +333,20 @@ def test_window_runs_agree_bitwise_and_reuse_one_kernel():
     assert_close_to_reference("out", other, low, ref)
 
 
+def test_default_feature_lists_name_only_what_the_kernels_have():
+    """The default's feature lists name features the Hopper kernels have, never dropout; at a head dim where a
+    kernel has none of them (the backward at 192 and 256), the default takes none there."""
+    from kernels import _hopper, _hopper_bwd
+    from kernels.attention import HOPPER_BACKWARD_FEATURES, HOPPER_FORWARD_FEATURES, hopper_features_by_default
+
+    for switch, kernel, listed in (("hopper", _hopper, HOPPER_FORWARD_FEATURES),
+                                   ("hopper_backward", _hopper_bwd, HOPPER_BACKWARD_FEATURES)):
+        assert listed <= set(kernel.FEATURES) and "dropout_p" not in listed
+        for head_dim in kernel.HEAD_DIMS:
+            expected = listed if head_dim in kernel.FEATURE_HEAD_DIMS else frozenset()
+            assert hopper_features_by_default(switch, head_dim) == expected, (switch, head_dim)
+
+
 @sm90
 def test_default_kernels_with_features_follow_the_feature_lists(hopper_calls):
     """hopper=None (hopper_backward=None) runs the Hopper forward (backward) with a window, softcap or ALiBi
