@@ -34,6 +34,9 @@ def decide(paths: list[str]) -> list[str]:
     for name, features in CANDIDATES.items():
         cells = {(d, f, n) for (d, f, n, arm) in ms if f in features and arm == "hopper"}
         wins = [(d, f, n) for (d, f, n) in cells if ms.get((d, f, n, "hopper_fwd"), 0.0) > ms[(d, f, n, "hopper")]]
+        for d, f, n in sorted(cells):  # the speed over the portable backward after the Hopper forward, per cell
+            print(f"# d{d} {f} {n}: {ms.get((d, f, n, 'hopper_fwd'), float('nan')) / ms[(d, f, n, 'hopper')]:.3f}x",
+                  file=sys.stderr)
         if cells and len(wins) == len(cells):
             named.append(name)
     return named
