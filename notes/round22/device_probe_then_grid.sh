@@ -6,6 +6,9 @@
 set -uo pipefail
 [ -d .site/snakemake ] || python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl || exit 1
 export PYTHONPATH=$PWD/.site:$PWD PYTHONUNBUFFERED=1
+# the decision and the archive are the H200's: on another GPU (the pool may give an H100) nothing runs
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+case "$gpu" in *H200*) ;; *) echo "$gpu is not an H200: no probe, no decision, no grid"; exit 2;; esac
 probe=$OUT/hopper_features_probe_d128_h200.csv
 PROBE_HEAD_DIMS=128 PROBE_MODES=fwd_bwd PROBE_CHECKS=none timeout 240 python3 notes/round22/hopper_features_probe.py \
   > "$probe" 2> "$OUT/hopper_features_probe_d128_h200.err"
@@ -19,5 +22,5 @@ echo "HOPPER_BACKWARD_FEATURES: ${names:-none} -> commit $commit" | tee "$OUT/de
 [ -n "$commit" ] || exit 4
 python3 notes/round22/backward_features.py apply "$names" || exit 5
 TESTS="${TESTS:-tests/test_hopper.py tests/test_kernels.py tests/test_features.py tests/test_features_ablation.py tests/test_varlen.py}" \
-  WORKERS=15 TEST_SECONDS=${TEST_SECONDS:-360} BUDGET_SECONDS=$(( ${BUDGET_SECONDS:-565} - SECONDS )) \
+  WORKERS=${WORKERS:-15} TEST_SECONDS=${TEST_SECONDS:-360} BUDGET_SECONDS=$(( ${BUDGET_SECONDS:-565} - SECONDS )) \
   bash notes/h200_measure.sh "$commit" s1 results archive

@@ -32,7 +32,7 @@ from triton.testing import do_bench
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from experiments import flops  # noqa: E402
 from experiments.features import alibi_slopes  # noqa: E402
-from kernels import attention_reference, flash_attention  # noqa: E402
+from kernels import _hopper_bwd, attention_reference, flash_attention  # noqa: E402
 from test_kernels import assert_close_to_reference, make_inputs  # noqa: E402
 
 # PROBE_HEAD_DIMS="128", PROBE_MODES="fwd_bwd" and PROBE_CHECKS (full: fp16 and bf16, both forward pipelines;
@@ -63,8 +63,6 @@ def check(head_dim: int, name: str) -> bool:
     ok = True
     if CHECKS == "none":
         return ok
-    from kernels import _hopper_bwd
-
     backward = head_dim in _hopper_bwd.FEATURE_HEAD_DIMS  # else the portable backward after the Hopper forward
     for dtype in (torch.float16,) if CHECKS == "quick" else (torch.float16, torch.bfloat16):
         for overlap in (True,) if CHECKS == "quick" else (True, False):
@@ -105,8 +103,6 @@ def flex_window(q, k, v, window: int):
 
 
 def main():
-    from kernels import _hopper_bwd
-
     checked = [(d, name) for d in HEAD_DIMS for name in FEATURES if check(d, name)]
     print("mode,head_dim,feature,seqlen,arm,ms,tflops", flush=True)
     ratios = defaultdict(list)
