@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from kernels._features import _LOG2E, _tanh
-from kernels._launch import launch_kernel
+from kernels._launch import cdiv, launch_kernel, next_power_of_2
 from kernels.tiles import padded_head_dim
 
 LN2 = 0.6931471805599453
@@ -213,16 +213,6 @@ def sm_count(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return CPU_SM_COUNT
-
-
-# Host-side integer helpers: triton.cdiv and triton.next_power_of_2 are constexpr functions whose wrapper
-# costs ~1.5 us a call on the host, and a decode call's launch shape takes five of them.
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def next_power_of_2(n: int) -> int:
-    return 1 << (n - 1).bit_length() if n > 0 else 0  # as triton.next_power_of_2
 
 
 def decode_block_sizes(head_dim: int, rows: int, device: torch.device) -> tuple[int, int, int, int]:

@@ -33,13 +33,12 @@ from __future__ import annotations
 import functools
 
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from kernels._launch import launch_keyed, row_descriptor
+from kernels._launch import cdiv, launch_keyed, row_descriptor
 from kernels.tiles import padded_head_dim
 
 LOG2E = 1.4426950408889634
@@ -515,7 +514,7 @@ def hopper_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_sc
     lse = torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32)
     scalars, constants = _launch_values(q, k, softmax_scale, causal, overlap, block_n, stages, window_size, softcap,
                                         alibi_slopes, lse)
-    grid = (triton.cdiv(n_q, BLOCK_M), batch * heads)
+    grid = (cdiv(n_q, BLOCK_M), batch * heads)
 
     def jit_launch():
         block_n, tile_dim = constants[0], constants[1]

@@ -45,7 +45,6 @@ from __future__ import annotations
 import functools
 
 import torch
-import triton
 from triton._C.libtriton import ir as _ir
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -57,7 +56,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from kernels import _hopper
 from kernels._backward import _attn_bwd_delta
 from kernels._forward import strides
-from kernels._launch import launch_kernel, launch_keyed, row_descriptor
+from kernels._launch import cdiv, launch_kernel, launch_keyed, next_power_of_2, row_descriptor
 
 HEAD_DIMS = (64, 128, 192, 256)  # of the forward's (kernels/_hopper.py), those this backward covers
 WIDE_HEAD_DIMS = (192, 256)  # run by kernels/_hopper_bwd_wide.py
@@ -608,9 +607,9 @@ def delta_pass(out: torch.Tensor, do: torch.Tensor, dq_acc: torch.Tensor, zero_d
     out = out.contiguous()
     delta = torch.empty((batch, heads, n_q), device=out.device, dtype=torch.float32)
     delta_block = 64
-    launch_kernel(_attn_bwd_delta, (triton.cdiv(n_q, delta_block) * batch * heads,),
+    launch_kernel(_attn_bwd_delta, (cdiv(n_q, delta_block) * batch * heads,),
                   out, do, delta, dq_acc, *strides(out, False), *strides(do, False), heads, n_q, delta, 0,
-                  HEAD_DIM=head_dim, HEAD_DIM_PAD=triton.next_power_of_2(head_dim), BLOCK_M=delta_block,
+                  HEAD_DIM=head_dim, HEAD_DIM_PAD=next_power_of_2(head_dim), BLOCK_M=delta_block,
                   VARLEN=False, ZERO_DQ=zero_dq)
     return delta
 
@@ -640,7 +639,7 @@ def hopper_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch
     lse = lse.contiguous()
     scalars, constants = _launch_values(q, k, softmax_scale, causal, schedule, stages, window_size, softcap,
                                         alibi_slopes, lse)
-    grid = (triton.cdiv(k.shape[2], BLOCK_N), batch * k.shape[1])
+    grid = (cdiv(k.shape[2], BLOCK_N), batch * k.shape[1])
     self_loading = constants[_CONSTANTS.index("SELF_LOADING")]
 
     def jit_launch():

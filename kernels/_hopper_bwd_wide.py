@@ -38,7 +38,6 @@ dims; `kernels._hopper_bwd.hopper_backward` calls it. Nothing here runs on Trito
 from __future__ import annotations
 
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
@@ -48,7 +47,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from kernels import _hopper
 from kernels._hopper_bwd import (_program_queries, _tma_reduce_add, _visible, _wgmma_layout, backward_inputs,
                                  delta_pass)
-from kernels._launch import HostDescriptor, launch_keyed, row_descriptor
+from kernels._launch import HostDescriptor, cdiv, launch_keyed, row_descriptor
 
 HEAD_DIMS = (192, 256)
 BLOCK_N = 64  # keys of a program, shared by both consumers
@@ -352,7 +351,7 @@ def kernel_args(q, k, v, do, dqt_acc, lse, delta, dk, dv, softmax_scale: float, 
     args = (_hopper._descriptor(q, BLOCK_M, TILE_D), _hopper._descriptor(k, BLOCK_N, TILE_D),
             _hopper._descriptor(v, BLOCK_N, TILE_D), _hopper._descriptor(do, BLOCK_M, TILE_D),
             dqt_descriptor(dqt_acc, n_q), lse, delta, dk, dv, n_q, n_k, kv_heads, heads // kv_heads,
-            softmax_scale * _hopper.LOG2E, softmax_scale, triton.cdiv(head_dim, 64))
+            softmax_scale * _hopper.LOG2E, softmax_scale, cdiv(head_dim, 64))
     constants = dict(BLOCK_M=BLOCK_M, TILE_D=TILE_D, OUT_DIM=head_dim, CAUSAL=bool(causal),
                      SELF_LOADING=self_loading, DO_STAGES=do_stages, DQ_BUFS=dq_bufs, num_warps=CONSUMER_WARPS)
     return args, constants
@@ -370,11 +369,11 @@ def wide_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
     do_stages = do_stages or SCHEDULE["do_stages"]
     dq_bufs = dq_bufs or SCHEDULE["dq_bufs"]
     do, q, k, v, dk, dv = backward_inputs(do, q, k, v)
-    n_pad = triton.cdiv(n_q, 4) * 4
+    n_pad = cdiv(n_q, 4) * 4
     dqt_acc = torch.zeros((batch, heads, head_dim, n_pad), device=q.device, dtype=torch.float32)
     delta = delta_pass(out, do, dqt_acc, zero_dq=False)  # its zeroing assumes the (B, H, N, D) layout
     lse = lse.contiguous()
-    grid = (triton.cdiv(k.shape[2], BLOCK_N), batch * k.shape[1])
+    grid = (cdiv(k.shape[2], BLOCK_N), batch * k.shape[1])
 
     def jit_launch():
         args, constants = kernel_args(q, k, v, do, dqt_acc, lse, delta, dk, dv, softmax_scale, causal,
@@ -385,7 +384,7 @@ def wide_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
         return (row_descriptor(q), row_descriptor(k), row_descriptor(v), row_descriptor(do),
                 HostDescriptor(dqt_acc, [batch * heads * head_dim, n_q], [n_pad, 1]), lse, delta, dk, dv, n_q,
                 k.shape[2], k.shape[1], heads // k.shape[1], softmax_scale * _hopper.LOG2E, softmax_scale,
-                triton.cdiv(head_dim, 64), BLOCK_M, TILE_D, head_dim, bool(causal), self_loading, do_stages,
+                cdiv(head_dim, 64), BLOCK_M, TILE_D, head_dim, bool(causal), self_loading, do_stages,
                 dq_bufs, CONSUMER_WARPS)
 
     # lse is the only input allocated outside: its alignment is part of the specialisation

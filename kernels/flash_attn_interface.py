@@ -74,8 +74,9 @@ import operator
 
 import torch
 
-from kernels._decode import cdiv, choose_num_splits, decode_block_sizes, decode_forward
+from kernels._decode import choose_num_splits, decode_block_sizes, decode_forward
 from kernels.attention import _check_alibi, _launch_device, check_inputs, flash_attention
+from kernels._launch import cdiv
 from kernels.errors import InputError
 
 _FULL_WINDOW = (-1, -1)
