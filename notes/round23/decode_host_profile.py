@@ -2,7 +2,8 @@
 
 The decode ablation's host-bound cells (batch 1, 32 heads over 4 KV heads, head dim 128, an 8k and a 32k
 dense cache): kernels._decode.decode_forward as the ablation calls it, from the working tree ("after") and
-from a copy of an earlier kernels/_decode.py ("before", the first argument), each timed as experiments/measure.py
+from a copy of an earlier kernels/_decode.py ("before", the first argument, launched with
+kernels._launch.raw_pointers off as before it existed), each timed as experiments/measure.py
 times host_ms (synchronize, then perf_counter around one call, median of CALLS) and again behind a busy GPU
 (a 300 us sleep kernel queued first, as do_bench's L2 flush queues work before each call), and with
 kernels._launch.raw_pointers off; then each launch of the "after" call alone (perf_counter around launch_kernel),
@@ -86,6 +87,7 @@ def main():
         rows = {}
         for busy in (False, True):
             for name, module in (("before", before), ("after", after)):
+                _launch.raw_pointers = name == "after"  # "before": the launches as they were, tensors handed over
                 rows[f"decode_forward_{name}{'_busy' if busy else ''}"] = host_us(call(module), busy)
             _launch.raw_pointers = False
             rows[f"decode_forward_after_tensor_pointers{'_busy' if busy else ''}"] = host_us(call(after), busy)
