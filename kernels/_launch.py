@@ -20,12 +20,6 @@ device. A stride or length not seen before costs one JIT call, never a wrong ker
 kernel's `triton.heuristics` are computed on the JIT call and kept with the signature: they must
 depend on non-tensor arguments only (ours read lengths, tile sizes and switches).
 
-A direct launch hands the launcher each tensor's address as an int, not the tensor: Triton's C launcher
-takes an int as the device pointer it is, where a tensor costs it a `data_ptr()` call and a
-`cuPointerGetAttribute` query per pointer argument (the query's one use, refusing a host tensor with a
-clear error, is kept: whether a tensor is on a GPU is part of the signature, so a host tensor takes the
-JIT path, which raises that error).
-
 The JIT path is kept where the direct one would skip something: with `enabled` False, with a
 Triton launch hook installed (profilers), and for anything that is not a JIT function (the
 interpreter's kernels, the compile check's recorders).
@@ -58,7 +52,6 @@ from triton.runtime.jit import JITFunction
 MAX_SIGNATURES = 4096
 
 enabled = True  # False: every launch through Triton's JIT (to time the difference)
-raw_pointers = True  # False: launch_kernel's direct launches hand the launcher tensors, which it resolves itself
 maps_kept = True  # False: launch_keyed's direct launches go through Triton's wrapper, which encodes every map
 
 _sites: dict = {}  # (kernel, argument types, keyword names) -> _Site, or None where the JIT must run
@@ -108,7 +101,6 @@ class _Site:
         self.ordered = _getter(order)
         tensors = [i for i, t in enumerate(types) if issubclass(t, torch.Tensor)]
         self.tensors = _getter(tensors)
-        self.tensor_positions = tensors
         self.scalars = _getter([i for i in range(full_length) if i not in tensors])
         self.defaults = {p.name: p.default for p in fn.params if p.has_default}
 
@@ -160,10 +152,8 @@ def launch_kernel(kernel, grid: tuple, *args, **kwargs):
     if site is None:
         return kernel[grid](*args, **kwargs)
     device, stream = _device_and_stream()
-    tensors = site.tensors(full)
-    pointers = [t.data_ptr() for t in tensors]
     signature = (kernel, types, keywords, device, site.scalars(full),
-                 tuple([(t.dtype, t.is_cuda, p & 15 == 0) for t, p in zip(tensors, pointers)]))
+                 tuple([(t.dtype, t.data_ptr() & 15 == 0) for t in site.tensors(full)]))
     entry = _compiled.get(signature)
     if entry is None:
         compiled = kernel[grid](*args, **kwargs)
@@ -174,11 +164,6 @@ def launch_kernel(kernel, grid: tuple, *args, **kwargs):
     compiled, left_out = entry
     grid_y = grid[1] if len(grid) > 1 else 1
     grid_z = grid[2] if len(grid) > 2 else 1
-    if raw_pointers:
-        full = list(full)
-        for position, pointer in zip(site.tensor_positions, pointers):
-            full[position] = pointer
-        full = tuple(full)
     compiled.run(grid[0], grid_y, grid_z, stream, compiled.function, compiled.packed_metadata, None, None, None,
                  *site.ordered(full + left_out))
     return compiled

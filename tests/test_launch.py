@@ -62,21 +62,16 @@ def _kinds(log):
     return [entry[0] for entry in log]
 
 
-@pytest.mark.parametrize("raw_pointers", [True, False])
-def test_a_repeated_call_launches_directly_with_every_parameter_in_order(fake_jit, raw_pointers, monkeypatch):
+def test_a_repeated_call_launches_directly_with_every_parameter_in_order(fake_jit):
     kernel, log = fake_jit
-    monkeypatch.setattr(launch_module, "raw_pointers", raw_pointers)
     x, y = torch.zeros(64), torch.zeros(64, dtype=torch.float16)
     for _ in range(3):
         launch_kernel(kernel, (5, 2), x, y, 64, 0.5, 32, FLAG=True, BLOCK=16, num_warps=4)
     assert _kinds(log) == ["jit", "direct", "direct"]
     args = log[1][1]
     assert args[:9] == (5, 2, 1, 1234, "function", "metadata", None, None, None)
-    # X, Y (their addresses, as ints, with raw_pointers), n, scale, stride, FLAG, BLOCK, EVEN (the heuristic's
-    # value), LAST (its default)
-    pointers = (x.data_ptr(), y.data_ptr()) if raw_pointers else (x, y)
-    assert args[9:11] == pointers and args[11:] == (64, 0.5, 32, True, 16, True, 7)
-    assert all(type(a) is int for a in args[9:11]) == raw_pointers
+    # X, Y, n, scale, stride, FLAG, BLOCK, EVEN (the heuristic's value), LAST (its default)
+    assert args[9:11] == (x, y) and args[11:] == (64, 0.5, 32, True, 16, True, 7)
 
 
 @pytest.mark.parametrize("change", ["int_value", "int_to_one", "alignment", "dtype", "constexpr", "option",
@@ -280,10 +275,8 @@ def test_hopper_kernels_with_direct_launches_equal_the_jit_path(head_dim, causal
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="direct launches need a GPU")
-@pytest.mark.parametrize("raw_pointers", [True, False])
 @pytest.mark.parametrize("misaligned", [False, True])
-def test_ours_with_direct_launches_equals_the_jit_path_bit_for_bit(misaligned, raw_pointers, monkeypatch):
-    monkeypatch.setattr(launch_module, "raw_pointers", raw_pointers)
+def test_ours_with_direct_launches_equals_the_jit_path_bit_for_bit(misaligned, monkeypatch):
     torch.manual_seed(0)
     shape = (2, 3, 77, 64)
 
@@ -321,9 +314,9 @@ def _copy_kernel(X, Y, n, BLOCK: tl.constexpr):
 def test_a_host_tensor_after_direct_launches_is_refused_not_read_as_a_device_address():
     x = torch.randn(1000, device="cuda")
     y = torch.empty_like(x)
-    for _ in range(2):  # the second is launched directly, with the tensors' addresses as ints
+    for _ in range(2):  # the second is launched directly
         launch_kernel(_copy_kernel, (4,), x, y, 1000, BLOCK=256)
     assert torch.equal(x, y)
-    # same dtype and alignment, on the host: another signature, so Triton's own check refuses it
+    # same dtype and alignment, on the host: the direct launch's signature matches, and the launcher refuses it
     with pytest.raises(ValueError, match="cpu tensor"):
         launch_kernel(_copy_kernel, (4,), x.cpu(), y, 1000, BLOCK=256)

@@ -2,14 +2,16 @@
 
 The decode ablation's host-bound cells (batch 1, 32 heads over 4 KV heads, head dim 128, an 8k and a 32k
 dense cache): kernels._decode.decode_forward as the ablation calls it, from the working tree ("after") and
-from a copy of an earlier kernels/_decode.py ("before", the first argument, launched with
-kernels._launch.raw_pointers off as before it existed), each timed as experiments/measure.py
+from a copy of an earlier kernels/_decode.py ("before", the first argument), each timed as experiments/measure.py
 times host_ms (synchronize, then perf_counter around one call, median of CALLS) and again behind a busy GPU
-(a 300 us sleep kernel queued first, as do_bench's L2 flush queues work before each call), and with
-kernels._launch.raw_pointers off; then each launch of the "after" call alone (perf_counter around launch_kernel),
+(a 300 us sleep kernel queued first, as do_bench's L2 flush queues work before each call); then each launch of the "after" call alone (perf_counter around launch_kernel),
 and SDPA (its default choice) as the yardstick. Last, the host time of the speed ablation's seqlen 512 training
-call (batch 32, 16 heads, head dim 64), forward and forward+backward, with raw_pointers on and off, against
-SDPA's FlashAttention-2.
+call (batch 32, 16 heads, head dim 64), forward and forward+backward, against SDPA's FlashAttention-2.
+
+Runs (notes/round23/h100/): v1 an earlier breakdown by part (git show a5b683f:notes/round23/decode_host_profile.py);
+v2 this script before the seqlen-512 part; v3 with a switch since removed, `kernels._launch.raw_pointers`
+(direct launches handing Triton's launcher tensor addresses as ints), whose rows `*_tensor_pointers` are the
+launches with tensors as before: no gain beyond the noise, so it did not stay.
 One CSV row per (cell, what): median, 20th and 80th percentile microseconds.
 
     git show REV:kernels/_decode.py > .devstate/_decode_before.py
@@ -24,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 import kernels._decode as after
-from kernels import _launch, flash_attention
+from kernels import flash_attention
 
 CALLS = 400
 
@@ -87,11 +89,7 @@ def main():
         rows = {}
         for busy in (False, True):
             for name, module in (("before", before), ("after", after)):
-                _launch.raw_pointers = name == "after"  # "before": the launches as they were, tensors handed over
                 rows[f"decode_forward_{name}{'_busy' if busy else ''}"] = host_us(call(module), busy)
-            _launch.raw_pointers = False
-            rows[f"decode_forward_after_tensor_pointers{'_busy' if busy else ''}"] = host_us(call(after), busy)
-            _launch.raw_pointers = True
         # each launch of the "after" call on its own
         launches = {}
         real = after.launch_kernel
@@ -139,9 +137,6 @@ def main():
         for name, fn in (("ours_fwd", ours_fwd), ("ours_fwd_bwd", ours_fwd_bwd)):
             fn()
             rows[name] = host_us(fn, calls=100)
-            _launch.raw_pointers = False
-            rows[name + "_tensor_pointers"] = host_us(fn, calls=100)
-            _launch.raw_pointers = True
         for name, fn in (("sdpa_flash_fwd", sdpa_fwd), ("sdpa_flash_fwd_bwd", sdpa_fwd_bwd)):
             fn()
             rows[name] = host_us(fn, calls=100)
