@@ -75,8 +75,11 @@ HOPPER_FORWARD_MIN_KEYS = {64: 4096, 96: 0, 128: 0, 192: 0, 256: 0}
 # portable forward on the H200, 1k-16k keys); ALiBi without a mask is not at head dim 64 (0.85-0.98x), so it
 # stays on the portable forward (notes/round22/h200/hopper_features_probe_h200.csv, notes/perf.md).
 HOPPER_FORWARD_FEATURES = frozenset({"window_size", "softcap"})
-# The same for the Hopper backward (kernels/_hopper_bwd.py), which has them too at head dims 64 and 128;
-# none until its head dim 128 arms are timed against the portable backward.
+# The same for the Hopper backward (kernels/_hopper_bwd.py), which has them too at head dims 64 and 128:
+# none. At head dim 64 on the H200 both won (notes/round22/h200/hopper_features_probe_h200.csv); at head
+# dim 128, timed on an H100 (the H200's arms are not timed yet), neither beat the portable backward after
+# the Hopper forward at every length (notes/round22/h100/hopper_features_probe_d128_h100.csv,
+# notes/round22/backward_features.py decide).
 HOPPER_BACKWARD_FEATURES = frozenset()
 # (head dim, causal) at which flash_attention runs the Hopper backward (kernels/_hopper_bwd.py) when
 # `hopper_backward` is not given, deterministic=False and the kernel covers the call: every pair it
