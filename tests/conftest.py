@@ -6,7 +6,9 @@ decorated), so it is decided here, once, for the whole session.
 
 import os
 
+import pytest
 import torch
+from filelock import FileLock
 
 HAS_CUDA = torch.cuda.is_available()
 if not HAS_CUDA:
@@ -17,3 +19,21 @@ if not HAS_CUDA:
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 if HAS_CUDA and _WORKER.startswith("gw") and torch.cuda.device_count() > 1:
     torch.cuda.set_device(int(_WORKER[2:]) % torch.cuda.device_count())
+
+
+@pytest.fixture
+def exclusive_gpu_memory(tmp_path_factory):
+    """For a test that needs tens of GB of GPU memory (the tensors past 2^31 elements): one such test at a time
+    across pytest-xdist's workers, and what it cached handed back to the driver after it. Two of them at once,
+    or one beside the blocks another worker's earlier one left cached, do not fit an 80 GB card.
+
+    The lock is a file in the session's base temporary folder's parent, which every xdist worker of the session
+    shares; the fixture yields its path."""
+    path = tmp_path_factory.getbasetemp().parent / "exclusive_gpu_memory.lock"
+    with FileLock(str(path)):
+        if HAS_CUDA:
+            torch.cuda.empty_cache()
+        yield path
+        if HAS_CUDA:
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()

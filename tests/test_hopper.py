@@ -221,6 +221,7 @@ def test_hopper_backward_schedules(schedule, stages, causal, head_dim, poisoned_
         assert_close_to_reference(name, ours, lo, hi)
 
 
+@pytest.mark.usefixtures("exclusive_gpu_memory")
 @sm90
 def test_hopper_backward_tensors_over_2_31_elements():
     """2^31 elements in q (2^15 heads x 1024 x 64) and 2^32 bytes of float32 dQ accumulator: the

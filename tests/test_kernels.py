@@ -472,6 +472,7 @@ def test_torch_compile_fullgraph():
     torch.testing.assert_close(grad_compiled, x.grad, rtol=1e-2, atol=1e-3)
 
 
+@pytest.mark.usefixtures("exclusive_gpu_memory")
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a GPU with > 30 GB")
 @pytest.mark.parametrize("algorithm", ["fa2", "fa1"])
 @pytest.mark.parametrize("layout", ["bhnd_many_heads", "bnhd_long_rows"])
