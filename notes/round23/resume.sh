@@ -8,9 +8,12 @@ set -euo pipefail
 [ -z "$(git status --porcelain --untracked-files=no)" ] || { echo "the tree has changes: commit or stash them"; exit 1; }
 git revert --no-edit 0d94934
 git commit -q --amend -m "Reapply v22, v20, the feature defaults and the host-time changes (reverts 0d94934) for their H200 grid"
-if ! git diff --quiet 4327afb HEAD -- kernels experiments analysis paper tests README.md; then
-  echo "HEAD's kernels, experiments, analysis, paper or tests differ from 4327afb's:"; git diff --stat 4327afb HEAD -- kernels experiments analysis paper tests README.md
+# what the grid measures must be 4327afb's; tests and the README may have moved on since (listed)
+if ! git diff --quiet 4327afb HEAD -- kernels experiments analysis paper; then
+  echo "HEAD's kernels, experiments, analysis or paper differ from 4327afb's:"
+  git diff --stat 4327afb HEAD -- kernels experiments analysis paper; exit 1
 fi
+git diff --stat 4327afb HEAD -- tests README.md
 mkdir -p .devstate && rm -f .devstate/results.tgz
 grep -qx '/.devstate/' .git/info/exclude 2>/dev/null || echo '/.devstate/' >> .git/info/exclude
 [ -d .whl ] || bash ../shared/device/wheels.sh
