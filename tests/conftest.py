@@ -21,15 +21,20 @@ if HAS_CUDA and _WORKER.startswith("gw") and torch.cuda.device_count() > 1:
     torch.cuda.set_device(int(_WORKER[2:]) % torch.cuda.device_count())
 
 
+@pytest.fixture(scope="session")
+def exclusive_gpu_memory_lock(tmp_path_factory):
+    """The path of `exclusive_gpu_memory`'s lock: a file in the session's base temporary folder's parent, which
+    every pytest-xdist worker of the session shares."""
+    return tmp_path_factory.getbasetemp().parent / "exclusive_gpu_memory.lock"
+
+
 @pytest.fixture
-def exclusive_gpu_memory(tmp_path_factory):
+def exclusive_gpu_memory(exclusive_gpu_memory_lock):
     """For a test that needs tens of GB of GPU memory (the tensors past 2^31 elements): one such test at a time
     across pytest-xdist's workers, and what it cached handed back to the driver after it. Two of them at once,
-    or one beside the blocks another worker's earlier one left cached, do not fit an 80 GB card.
-
-    The lock is a file in the session's base temporary folder's parent, which every xdist worker of the session
-    shares; the fixture yields its path."""
-    path = tmp_path_factory.getbasetemp().parent / "exclusive_gpu_memory.lock"
+    or one beside the blocks another worker's earlier one left cached, do not fit an 80 GB card. Yields the
+    lock's path."""
+    path = exclusive_gpu_memory_lock
     with FileLock(str(path)):
         if HAS_CUDA:
             torch.cuda.empty_cache()

@@ -23,7 +23,6 @@ def test_the_lock_is_held_for_the_test_and_free_after(exclusive_gpu_memory):
     assert _other_process_sees(exclusive_gpu_memory) == "held"
 
 
-def test_the_lock_is_free_without_the_fixture(tmp_path_factory):
-    path = tmp_path_factory.getbasetemp().parent / "exclusive_gpu_memory.lock"
-    path.touch()
-    assert _other_process_sees(path) == "free"
+def test_the_lock_is_free_without_the_fixture(exclusive_gpu_memory_lock):
+    exclusive_gpu_memory_lock.touch()
+    assert _other_process_sees(exclusive_gpu_memory_lock) == "free"
