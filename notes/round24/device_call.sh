@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# One device call of this round. On an H200: the next step of the grid for HEAD (notes/h200_measure.sh), which
+# resumes from .devstate/results.tgz. On another GPU: the GPU tests of HEAD's tree with 8 workers, which checks
+# that the exclusive-GPU-memory lock (tests/conftest.py) keeps the >2^31-element tests apart on an 80 GB card.
+#   STEP=s1 bash notes/round24/device_call.sh        (carry .whl and .devstate)
+set -uo pipefail
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+echo "gpu: $gpu"
+commit=$(git rev-parse HEAD 2>/dev/null || cat .devstate/commit)
+case "$gpu" in
+  *H200*) BUDGET_SECONDS=${BUDGET_SECONDS:-560} bash notes/h200_measure.sh "$commit" "${STEP:-s1}" results archive ;;
+  *)
+    [ -d .site/snakemake ] || python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl
+    export PYTHONPATH=$PWD/.site:$PWD PYTHONUNBUFFERED=1
+    nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu,memory.total --format=csv > "$OUT/gpu.txt"
+    timeout "${TEST_SECONDS:-480}" python3 -m pytest -n "${WORKERS:-8}" -q -rfE -p no:cacheprovider --durations=15 \
+      tests/test_hopper.py tests/test_kernels.py tests/test_features.py tests/test_varlen.py tests/test_launch.py \
+      tests/test_decode.py tests/test_exclusive_gpu_memory.py > "$OUT/gpu_tests.log" 2>&1
+    echo "tests rc $?"; tail -30 "$OUT/gpu_tests.log" ;;
+esac
