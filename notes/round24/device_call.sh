@@ -2,11 +2,15 @@
 # One device call of this round. On an H200: the next step of the grid for HEAD (notes/h200_measure.sh), which
 # resumes from .devstate/results.tgz. On another GPU: the GPU tests of HEAD's tree with 8 workers, which checks
 # that the exclusive-GPU-memory lock (tests/conftest.py) keeps the >2^31-element tests apart on an 80 GB card.
-#   STEP=s1 bash notes/round24/device_call.sh        (carry .whl and .devstate)
+#   STEP=s1 bash notes/round24/device_call.sh COMMIT        (carry .whl and .devstate)
+# COMMIT is the full name of the commit whose tree is sent, written out literally in the run command: the device's
+# copy of .git is main as it stood when the session began, so `git rev-parse HEAD` there names the wrong commit
+# (round 24's first three calls labelled their rows 8dc7cfc that way; relabel_commit.py corrects them).
 set -uo pipefail
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "gpu: $gpu"
-commit=$(git rev-parse HEAD 2>/dev/null || cat .devstate/commit)
+commit=${1:?give the full name of the commit whose tree is sent}
+[[ "$commit" =~ ^[0-9a-f]{40}$ ]] || { echo "COMMIT must be a full 40-character commit name, not $commit"; exit 2; }
 case "$gpu" in
   *H200*) BUDGET_SECONDS=${BUDGET_SECONDS:-560} bash notes/h200_measure.sh "$commit" "${STEP:-s1}" results archive ;;
   *)
