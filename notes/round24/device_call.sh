@@ -11,6 +11,15 @@ gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "gpu: $gpu"
 commit=${1:?give the full name of the commit whose tree is sent}
 [[ "$commit" =~ ^[0-9a-f]{40}$ ]] || { echo "COMMIT must be a full 40-character commit name, not $commit"; exit 2; }
+# .devstate/fingerprint (written here by `bash notes/round24/fingerprint.sh COMMIT > .devstate/fingerprint`) must be
+# this tree's: otherwise the rows would name a commit whose code did not run
+if [ -f .devstate/fingerprint ]; then
+  sent=$(bash notes/round24/fingerprint.sh)
+  [ "$sent" = "$(cat .devstate/fingerprint)" ] || { echo "this tree is not $commit's (fingerprint $sent): no measurement"; exit 2; }
+  echo "tree fingerprint matches $commit"
+else
+  echo "no .devstate/fingerprint: the tree is not checked against $commit"
+fi
 case "$gpu" in
   *H200*) BUDGET_SECONDS=${BUDGET_SECONDS:-560} bash notes/h200_measure.sh "$commit" "${STEP:-s1}" results archive ;;
   *)

@@ -18,6 +18,8 @@ fi
 git diff --stat "$MEASURED" HEAD -- analysis paper tests README.md
 mkdir -p .devstate
 grep -qx '/.devstate/' .git/info/exclude 2>/dev/null || echo '/.devstate/' >> .git/info/exclude
+bash notes/round24/fingerprint.sh "$MEASURED" > .devstate/fingerprint   # device_call.sh checks the sent tree against it
+[ "$(bash notes/round24/fingerprint.sh)" = "$(cat .devstate/fingerprint)" ] || { echo "the working tree is not 10b3c64's"; exit 1; }
 python3 notes/round24/relabel_commit.py notes/round24/h200/results_s3_as_returned.tgz .devstate/results.tgz
 [ -d .whl ] || bash ../shared/device/wheels.sh
 git log --oneline -1
