@@ -99,8 +99,9 @@ class Compiled:
     ptx: str
 
 
-def compile_sm90(launch: Launch) -> Compiled:
-    """Compile one recorded launch for sm_90 as JITFunction.run would, and read ptxas's report."""
+def compile_launch(launch: Launch):
+    """Compile one recorded launch for sm_90 as JITFunction.run would; returns Triton's compiled kernel
+    (its `asm` holds the TTGIR and PTX) and the options it was compiled with."""
     kernel = launch.kernel
     backend = make_backend(SM90)
     binder = create_function_from_signature(kernel.signature, kernel.params, backend)
@@ -109,9 +110,14 @@ def compile_sm90(launch: Launch) -> Compiled:
     bound_args, specialization, options = binder(*launch.args, **kwargs)
     options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound_args, specialization, options)
     source = triton.compiler.ASTSource(kernel, signature, constexprs, attrs)
-    compiled = triton_compile(source, target=SM90, options=options.__dict__)
+    return triton_compile(source, target=SM90, options=options.__dict__), options
+
+
+def compile_sm90(launch: Launch) -> Compiled:
+    """Compile one recorded launch for sm_90 as JITFunction.run would, and read ptxas's report."""
+    compiled, options = compile_launch(launch)
     registers, spills = _ptxas_report(compiled.asm["ptx"], compiled.metadata.name)
-    return Compiled(kernel.__name__, options.num_warps, options.num_stages, registers, spills,
+    return Compiled(launch.kernel.__name__, options.num_warps, options.num_stages, registers, spills,
                     compiled.metadata.shared, compiled.asm["ptx"])
 
 

@@ -12,27 +12,11 @@ import re
 import sys
 
 import torch
-import triton
-from triton.compiler import compile as triton_compile
-from triton.compiler import make_backend
-from triton.runtime.jit import create_function_from_signature
 
 sys.path.insert(0, "tests")
-from sm90_compile import SM90, _ptxas_report, launches_of  # noqa: E402
+from sm90_compile import _ptxas_report, compile_launch, launches_of  # noqa: E402
 
 from kernels import flash_attention  # noqa: E402
-
-
-def compile_launch(launch):
-    kernel = launch.kernel
-    backend = make_backend(SM90)
-    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
-    kwargs = dict(launch.kwargs)
-    kwargs.setdefault("debug", False)
-    bound_args, specialization, options = binder(*launch.args, **kwargs)
-    options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound_args, specialization, options)
-    return triton_compile(triton.compiler.ASTSource(kernel, signature, constexprs, attrs), target=SM90,
-                          options=options.__dict__)
 
 
 def main(n: int = 4096) -> None:
@@ -44,7 +28,7 @@ def main(n: int = 4096) -> None:
                 name = launch.kernel.__name__
                 if name not in ("_attn_fwd", "_attn_bwd_dkdv", "_attn_bwd_dq"):
                     continue
-                compiled = compile_launch(launch)
+                compiled, _ = compile_launch(launch)
                 ttgir, ptx = compiled.asm["ttgir"], compiled.asm["ptx"]
                 registers, spills = _ptxas_report(ptx, compiled.metadata.name)
                 print(f"{head_dim},{p},{name},{launch.kwargs.get('BLOCK_M')},{launch.kwargs.get('BLOCK_N')},"
