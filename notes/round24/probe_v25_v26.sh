@@ -10,10 +10,10 @@
 set -uo pipefail
 PARTS=" ${PARTS:-tests dropout features} "
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+tests="tests/test_features.py tests/test_features_ablation.py tests/test_hopper.py"
 case "$gpu" in
-  *H200*) tag=h200; tests="tests/test_features.py tests/test_features_ablation.py tests/test_hopper.py" ;;
-  *H100*) tag=h100; tests="tests/test_features.py tests/test_features_ablation.py tests/test_hopper.py
-                            tests/test_flash_attn_api.py tests/test_varlen.py" ;;
+  *H200*) tag=h200 ;;
+  *H100*) tag=h100; tests="$tests tests/test_flash_attn_api.py tests/test_varlen.py" ;;
   *) echo "not an H200 or H100 ($gpu): no probe"; exit 2 ;;
 esac
 [ -d .site/snakemake ] || python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl || exit 1
