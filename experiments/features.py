@@ -2,7 +2,9 @@
 
 Arms (the rows' `variant` names the feature and its parameter; `provider` who runs it):
   plain            ours without a feature (the baseline of each feature's overhead; causal for the window);
-                   ours runs the portable kernels in every arm (hopper=False, hopper_backward=False): the features live there
+                   ours runs the engine's defaults in every arm: on sm_90 the Hopper kernels where they cover
+                   the call and their feature lists name its features (kernels.attention.HOPPER_FORWARD_FEATURES,
+                   HOPPER_BACKWARD_FEATURES), the portable ones otherwise; `engine_features` names them
   window<w>        sliding window of w keys, causal: window_size = (w - 1, 0); ours, and flex with a
                    block mask of causal & q - kv < w (create_block_mask, so FlexAttention skips blocks)
   softcap<c>       tanh soft-capping of the scaled scores, c * tanh(s / c); ours, and flex's score_mod
@@ -126,6 +128,31 @@ def _options(cell) -> dict:
     return dict(cell.switches)
 
 
+def engine_kwargs(cell, alibi_slopes=None) -> dict:
+    """flash_attention's keyword arguments for the training features of a dense `ours` cell (window_size,
+    softcap, alibi_slopes, dropout_p, and atomic_dq, a switch of the portable backward); alibi_slopes is the
+    caller's tensor (`_slopes`), or None where only the names matter."""
+    options = _options(cell)
+    kwargs = {}
+    if "window_size" in options:
+        kwargs["window_size"] = tuple(options["window_size"])
+    if "softcap" in options:
+        kwargs["softcap"] = options["softcap"]
+    if options.get("alibi"):
+        kwargs["alibi_slopes"] = alibi_slopes
+    if "dropout_p" in options:
+        kwargs["dropout_p"] = options["dropout_p"]
+    if options.get("atomic_dq"):
+        kwargs["atomic_dq"] = True
+    return kwargs
+
+
+def engine_features(cell) -> tuple[str, ...] | None:
+    """The names of `engine_kwargs` for an `ours` cell, or None for the packed (varlen) arm, which no
+    Hopper kernel takes."""
+    return None if cell.variant == "varlen" else tuple(engine_kwargs(cell))
+
+
 def lengths_of(cell) -> tuple[int, ...] | None:
     lengths = _options(cell).get("lengths")
     return tuple(lengths) if lengths is not None else None
@@ -209,20 +236,10 @@ def _ours(cell, device):
             return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, longest, longest, causal=cell.causal)
 
         return run_varlen
-    kwargs = {}
-    if "window_size" in options:
-        kwargs["window_size"] = tuple(options["window_size"])
-    if "softcap" in options:
-        kwargs["softcap"] = options["softcap"]
-    if options.get("alibi"):
-        kwargs["alibi_slopes"] = _slopes(cell, device)
-    if "dropout_p" in options:
-        kwargs["dropout_p"] = options["dropout_p"]
-    if options.get("atomic_dq"):
-        kwargs["atomic_dq"] = True
+    kwargs = engine_kwargs(cell, _slopes(cell, device) if options.get("alibi") else None)
 
-    def run(q, k, v):  # the portable kernels, where the features live: plain and padded are their baselines
-        return flash_attention(q, k, v, causal=cell.causal, hopper=False, hopper_backward=False, **kwargs)
+    def run(q, k, v):  # the engine's defaults, as a model calls it: plain and padded are the baselines
+        return flash_attention(q, k, v, causal=cell.causal, **kwargs)
 
     return run
 

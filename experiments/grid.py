@@ -13,10 +13,10 @@ import json
 from experiments.schema import ABLATIONS as _NAMES, INTERPRETER_ABLATIONS, TIMED_ABLATIONS  # noqa: F401
 
 # kernels.flash_attention switches of each ablation arm. The ablations of the FlashAttention-2 kernels
-# (tiles, causal, recompute, fa1_vs_fa2, features and hopper's portable arm) pin them with PORTABLE: on
+# (tiles, causal, recompute, fa1_vs_fa2 and hopper's portable arm) pin them with PORTABLE: on
 # sm_90 flash_attention's default forward (at head dim 128) and backward (at the pairs of
 # kernels.attention.HOPPER_BACKWARD_DEFAULTS) are the Hopper kernels (kernels/_hopper.py, _hopper_bwd.py).
-# speed, seqlen, accuracy and jit measure the engine's defaults.
+# speed, seqlen, accuracy, jit and features measure the engine's defaults.
 PORTABLE = (("hopper", False), ("hopper_backward", False))
 PORTABLE_BACKWARD = (("hopper_backward", False),)
 CAUSAL_VARIANTS = {

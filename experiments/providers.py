@@ -82,15 +82,25 @@ def tile_columns(cell) -> dict:
 
 def _hopper_by_default(cell, pass_: str = "fwd") -> bool:
     """Whether flash_attention's defaults (hopper=None, hopper_backward=None) run this cell's forward
-    (pass_ "fwd") or backward ("bwd") on the Hopper kernel: a cell with no switches on dense contiguous
-    inputs (experiments.providers.inputs) at a head dim and key length of
+    (pass_ "fwd") or backward ("bwd") on the Hopper kernel: a cell with no switches (or a `features` cell
+    whose features the default's feature list for that kernel names, kernels.attention.hopper_features_by_default)
+    on dense contiguous inputs (experiments.providers.inputs) at a head dim and key length of
     kernels.attention.HOPPER_FORWARD_MIN_KEYS (forward) or a (head dim, causal) pair of HOPPER_BACKWARD_DEFAULTS (backward), on an sm_90 GPU,
     where the kernel covers it."""
     import torch
 
-    from kernels.attention import hopper_backward_by_default, hopper_forward_by_default
+    from kernels.attention import hopper_backward_by_default, hopper_features_by_default, hopper_forward_by_default
 
-    if cell.switches or cell.experiment == "features" or not torch.cuda.is_available():
+    if not torch.cuda.is_available():
+        return False
+    if cell.experiment == "features":
+        from experiments.features import engine_features
+
+        used = engine_features(cell)
+        switch = "hopper_backward" if pass_ == "bwd" else "hopper"
+        if used is None or not hopper_features_by_default(switch, cell.head_dim).issuperset(used):
+            return False
+    elif cell.switches:
         return False
     if cell.dtype not in DTYPES or (cell.causal and cell.seqlen_q > cell.seqlen_k):
         return False

@@ -17,7 +17,8 @@ the torch.library ops and autograd, `flash_attn_interface.py` flash-attn's six p
 reference and standard attention. `_hopper.py` is the Hopper (sm_90) forward in Triton's Gluon
 dialect, the default on sm_90 at head dims 96, 128, 192 and 256 and at 64 from 4096 keys, where it covers the call (`flash_attention(...,
 hopper=None)`; True forces it, False the portable forward), `_hopper_bwd.py` the one-pass Hopper
-backward in Gluon, the default on sm_90 at head dims 64 and 128
+backward in Gluon (`_hopper_bwd_wide.py` at head dims 192 and 256), the default on sm_90 at head dims 64, 128,
+192 and 256
 (`hopper_backward=None`; True forces it, False and deterministic=True the portable backward).
 `_launch.py` launches kept compiled kernels directly. Nothing here knows about the experiments.
 """

@@ -46,7 +46,7 @@ from kernels._features import (LOG2E, _dropout_keep, _scores, _visible, _window_
                                _window_query_bounds)
 from kernels._forward import (_causal_key_bounds, _load_tile, _varlen_bounds, check_varlen, strides, varlen_args,
                               varlen_shape)
-from kernels._launch import launch_kernel
+from kernels._launch import cdiv, launch_kernel
 from kernels.options import AttentionOptions, feature_switches
 from kernels.tiles import TileConfig, head_dim_chunks, launch_fitting, padded_head_dim
 
@@ -562,7 +562,7 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
     packed = varlen_args(cu_seqlens_q, cu_seqlens_k, total_q, delta)
 
     delta_block = 64
-    launch_kernel(_attn_bwd_delta, (triton.cdiv(n_q, delta_block) * batch * heads,),
+    launch_kernel(_attn_bwd_delta, (cdiv(n_q, delta_block) * batch * heads,),
         out, do, delta, dq_acc, *strides(out, varlen), *strides(do, varlen), heads, n_q, packed["Cu_q"], total_q,
         HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=delta_block, VARLEN=varlen, ZERO_DQ=atomic_dq)
 
@@ -571,7 +571,7 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
     switches = dict(SKIP_MASKED=opts.skip_masked_tiles, USE_SCORES=not opts.recompute)
 
     def launch_dkdv(config: TileConfig) -> None:
-        launch_kernel(_attn_bwd_dkdv, (triton.cdiv(n_k, config.block_n) * batch * kv_heads,),
+        launch_kernel(_attn_bwd_dkdv, (cdiv(n_k, config.block_n) * batch * kv_heads,),
             q, k, v, do, dk, dv, dq_acc, scores, lse, delta,
             *strides(q, varlen), *strides(k, varlen), *strides(v, varlen), *strides(do, varlen),
             *strides(dk, varlen), *strides(dv, varlen),
@@ -581,7 +581,7 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
 
     def launch_dq(config: TileConfig) -> None:
         # The mirrored tile: BLOCK_N queries resident, keys streamed BLOCK_M at a time.
-        launch_kernel(_attn_bwd_dq, (triton.cdiv(n_q, config.block_n) * batch * heads,),
+        launch_kernel(_attn_bwd_dq, (cdiv(n_q, config.block_n) * batch * heads,),
             q, k, v, do, dq, scores, lse, delta,
             *strides(q, varlen), *strides(k, varlen), *strides(v, varlen), *strides(do, varlen),
             *strides(dq, varlen),

@@ -29,12 +29,14 @@ Offsets that can exceed 2^31 (page / batch bases) are int64.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
 
 from kernels._features import _LOG2E, _tanh
-from kernels._launch import launch_kernel
+from kernels._launch import cdiv, launch_kernel, next_power_of_2
 from kernels.tiles import padded_head_dim
 
 LN2 = 0.6931471805599453
@@ -205,7 +207,9 @@ def _decode_combine(OPart, LsePart, Out, Lse,
     tl.store(Lse + (off_b * H + off_h) * N_Q + off_i, lse)
 
 
+@functools.lru_cache(maxsize=None)
 def sm_count(device: torch.device) -> int:
+    """The device's SM count (read once per device: torch's property query costs ~9 us of host time a call)."""
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return CPU_SM_COUNT
@@ -213,7 +217,7 @@ def sm_count(device: torch.device) -> int:
 
 def decode_block_sizes(head_dim: int, rows: int, device: torch.device) -> tuple[int, int, int, int]:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) for `rows` = GROUP x Nq stacked query rows."""
-    block_m = min(max(16, triton.next_power_of_2(rows)), 64)
+    block_m = min(max(16, next_power_of_2(rows)), 64)
     block_n = 64 if padded_head_dim(head_dim) > 128 or device.type != "cuda" else 128
     return block_m, block_n, 4, 2 if padded_head_dim(head_dim) > 128 else 3
 
@@ -233,11 +237,11 @@ def choose_num_splits(batch: int, kv_heads: int, m_blocks: int, max_keys: int, d
     programs = max(batch * kv_heads * m_blocks, 1)
     sms = sm_count(device)
     if paged:
-        want = triton.next_power_of_2(triton.cdiv(2 * sms, programs))
+        want = next_power_of_2(cdiv(2 * sms, programs))
     else:
         fit = max(sms // programs, 1)
         want = 1 << (fit.bit_length() - 1)
-    cap = max(1, min(max_keys // MIN_KEYS_PER_SPLIT, triton.cdiv(max(max_keys, 1), block_n), MAX_SPLITS))
+    cap = max(1, min(max_keys // MIN_KEYS_PER_SPLIT, cdiv(max(max_keys, 1), block_n), MAX_SPLITS))
     cap = 1 << (cap.bit_length() - 1)
     return int(min(want, cap))
 
@@ -247,7 +251,7 @@ def launch_shape(batch: int, rows: int, kv_heads: int, head_dim: int, max_keys: 
     """(BLOCK_M, BLOCK_N, num_warps, num_stages, query blocks, splits) of a decode launch over `rows` =
     GROUP x Nq stacked query rows per KV head, from a dense or a paged cache; num_splits 0 = choose."""
     block_m, block_n, num_warps, num_stages = decode_block_sizes(head_dim, rows, device)
-    m_blocks = triton.cdiv(rows, block_m)
+    m_blocks = cdiv(rows, block_m)
     if num_splits <= 0:
         num_splits = choose_num_splits(batch, kv_heads, m_blocks, max_keys, device, block_n, paged=paged)
     return block_m, block_n, num_warps, num_stages, m_blocks, int(min(num_splits, MAX_SPLITS))
@@ -297,6 +301,6 @@ def decode_forward(q, k_cache, v_cache, seqlens_k, leftpad, batch_idx, block_tab
     if num_splits > 1:
         launch_kernel(_decode_combine, (batch * n_q * heads,),
             o_part, lse_part, out, lse, *out.stride(), batch, heads, n_q, num_splits,
-            HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, SPLITS_PAD=max(16, triton.next_power_of_2(num_splits)),
+            HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, SPLITS_PAD=max(16, next_power_of_2(num_splits)),
             num_warps=4)
     return out, lse, num_splits

@@ -63,7 +63,7 @@ import triton.language as tl
 
 from kernels._backward import _attn_bwd_delta, _query_bounds
 from kernels._forward import LOG2E, _load_tile
-from kernels._launch import launch_kernel
+from kernels._launch import cdiv, launch_kernel
 from kernels.tiles import MAX_HEAD_DIM, TileConfig, launch_fitting, padded_head_dim
 
 # (block_m, block_n, num_warps, num_stages) per padded head dim. block_m is the streamed query
@@ -387,7 +387,7 @@ def fa1_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Te
     dv = torch.empty_like(v)
     delta = torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32)
     delta_block = 64
-    launch_kernel(_attn_bwd_delta, (triton.cdiv(n_q, delta_block) * batch * heads,),
+    launch_kernel(_attn_bwd_delta, (cdiv(n_q, delta_block) * batch * heads,),
         out, do, delta, delta, *out.stride(), *do.stride(), heads, n_q, delta, n_q,
         HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, BLOCK_M=delta_block, VARLEN=False, ZERO_DQ=False)
 

@@ -59,7 +59,7 @@ import triton.language as tl
 
 from kernels._features import (LOG2E, _dropout_keep, _scores, _sees_a_key, _visible,  # noqa: F401
                                _window_key_bounds)
-from kernels._launch import launch_kernel
+from kernels._launch import cdiv, launch_kernel
 from kernels.errors import InputError
 from kernels.options import AttentionOptions, feature_switches
 from kernels.tiles import TileConfig, head_dim_chunks, launch_fitting, padded_head_dim
@@ -490,7 +490,7 @@ def transposed_keys(v: torch.Tensor) -> torch.Tensor:
     as_int = _SAME_SIZE_INT[v.element_size()]
     src, dst = v.view(as_int), padded.view(as_int)
     block_n, block_d = 64, 64
-    grid = (triton.cdiv(n_k, block_n), triton.cdiv(head_dim, block_d), batch * heads)
+    grid = (cdiv(n_k, block_n), cdiv(head_dim, block_d), batch * heads)
     launch_kernel(_transpose_rows, grid, src, dst, n_k, head_dim, *src.stride(), dst.stride(0), dst.stride(1),
                   dst.stride(2), heads, BLOCK_N=block_n, BLOCK_D=block_d, num_warps=4)
     return vt
@@ -548,7 +548,7 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: A
         q_descale = k_descale = v_descale = lse  # placeholders, never read
 
     def launch(config: TileConfig) -> None:
-        grid = (triton.cdiv(n_q, config.block_m) * batch * heads,) if opts.seq_parallel else (batch * heads,)
+        grid = (cdiv(n_q, config.block_m) * batch * heads,) if opts.seq_parallel else (batch * heads,)
         launch_kernel(_attn_fwd, grid,
             q, k, v, out, lse, scores,
             *strides(q, varlen), *strides(k, varlen), *v_strides, *strides(out, varlen),
@@ -648,7 +648,7 @@ def attention_probs(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, opts: A
     kv_heads = k.shape[1]
     probs = torch.zeros((batch, heads, n_q, n_k), device=q.device, dtype=torch.float32)
     block_m, block_n = 16, 32
-    launch_kernel(_attn_probs, (triton.cdiv(n_q, block_m) * batch * heads,),
+    launch_kernel(_attn_probs, (cdiv(n_q, block_m) * batch * heads,),
         q, k, lse, probs, *strides(q, varlen), *strides(k, varlen), heads, heads // kv_heads, n_q, n_k,
         opts.softmax_scale * LOG2E,
         HEAD_DIM=head_dim, HEAD_DIM_PAD=padded_head_dim(head_dim), BLOCK_M=block_m, BLOCK_N=block_n,

@@ -28,17 +28,23 @@ so the launch can give every thread 255 registers, where the 12 warps of a produ
 168 and the plain consumers spill 172-308 bytes); "plain" (`_consumer` with the producer) stays for
 the tests and probes.
 
-It covers what the Hopper forward covers at head dims 64 and 128 (float16 and bfloat16, causal with
-seqlen_q <= seqlen_k and full masks, grouped-query attention, (B, H, N, D) inputs whose heads' rows
-are contiguous) and none of the training features; `kernels._hopper.hopper_unsupported` names the
-rest. Q, K, V and dO are read as one (B*H*N, D) matrix: rows past a head's end belong to the next
+At head dims 192 and 256 two consumers' dK and dV would not fit the register file: `hopper_backward`
+hands those to `kernels/_hopper_bwd_wide.py`, where both consumers share one block of 64 keys.
+
+It covers what the Hopper forward covers at head dims 64, 128, 192 and 256 (float16 and bfloat16, causal
+with seqlen_q <= seqlen_k and full masks, grouped-query attention, (B, H, N, D) inputs whose heads' rows
+are contiguous), and at 64 and 128 the sliding window, softcap and ALiBi (under a window a program
+streams only the query tiles whose windows reach its keys, and softcap's gradient multiplies dS by
+1 - tanh^2); not dropout; `kernels._hopper.hopper_unsupported` names the rest. Q, K, V and dO are read
+as one (B*H*N, D) matrix: rows past a head's end belong to the next
 head (or read as zeros past the tensor), and the masks zero their scores, so their dS rows add
 zeros to dQ and their dK, dV rows are not stored. Nothing here runs on Triton's interpreter.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
-import triton
 from triton._C.libtriton import ir as _ir
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -50,9 +56,14 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from kernels import _hopper
 from kernels._backward import _attn_bwd_delta
 from kernels._forward import strides
-from kernels._launch import launch_kernel, launch_keyed, row_descriptor
+from kernels._launch import cdiv, launch_kernel, launch_keyed, next_power_of_2, row_descriptor
 
-HEAD_DIMS = (64, 128)  # of the forward's (kernels/_hopper.py), those this backward covers
+HEAD_DIMS = (64, 128, 192, 256)  # of the forward's (kernels/_hopper.py), those this backward covers
+WIDE_HEAD_DIMS = (192, 256)  # run by kernels/_hopper_bwd_wide.py
+# The training features this backward has (the forward's), and at which head dims: named, not derived from
+# HEAD_DIMS (the wide kernel has none of them)
+FEATURES = _hopper.FEATURES
+FEATURE_HEAD_DIMS = (64, 128)
 HALF_N = 64  # keys of one consumer warpgroup; a program holds two
 BLOCK_N = 2 * HALF_N
 BLOCK_M = 64  # query rows of one streamed tile
@@ -72,6 +83,10 @@ _LOG2E = gl.constexpr(_hopper.LOG2E)
 def default_config(head_dim: int) -> dict:
     """The tiles at this head dim, for the record: query rows streamed, keys a program holds, warps (the
     producer's counted as a warpgroup, as the Hopper forward's are) and ring slots."""
+    if head_dim in WIDE_HEAD_DIMS:
+        from kernels import _hopper_bwd_wide
+
+        return _hopper_bwd_wide.default_config()
     schedule, stages = SCHEDULES[head_dim]
     warps = 2 * CONSUMER_WARPS if schedule == "self_loading" else TOTAL_WARPS
     return dict(block_m=BLOCK_M, block_n=BLOCK_N, num_warps=warps, num_stages=stages)
@@ -129,6 +144,42 @@ def _visible(keys, queries, N_Q, N_K, causal_offset, CAUSAL: gl.constexpr):
     return visible
 
 
+@gluon.jit
+def _probs_t_with_features(st, keys, queries, lse, slope_log2, N_Q, N_K, causal_offset, qk_scale, win_left, win_right,
+                           softcap_scale, softcap_log2, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
+                           SOFTCAP: gl.constexpr, ALIBI: gl.constexpr):
+    """P^T of a (keys x queries) tile with the features (the forward's transform, kernels/_hopper.py
+    `_scores`: softcap's hardware tanh, ALiBi's float32 distance, the window's bounds), the invisible
+    entries 0; and with SOFTCAP the factor 1 - tanh^2 that dS^T takes for the softcap's gradient."""
+    if SOFTCAP:
+        t = gl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [st * softcap_scale], dtype=gl.float32,
+                                      is_pure=True, pack=1)
+        s = t * softcap_log2
+        grad = 1.0 - t * t
+    else:
+        s = st * qk_scale
+        grad = s  # (unused)
+    if ALIBI:
+        s = s - slope_log2 * gl.abs(gl.expand_dims((queries + causal_offset).to(gl.float32), 0)
+                                    - gl.expand_dims(keys.to(gl.float32), 1))
+    visible = _visible(keys, queries, N_Q, N_K, causal_offset, CAUSAL)
+    if WINDOW:
+        diag = gl.expand_dims(queries, 0) + causal_offset
+        key = gl.expand_dims(keys, 1)
+        visible = visible & (key >= diag - win_left) & (key <= diag + win_right)
+    return gl.where(visible, gl.exp2(s - gl.expand_dims(lse, 0)), 0.0), grad
+
+
+@gluon.jit
+def _slope_log2(Alibi, stride_az, stride_ah, head, HEADS, ALIBI: gl.constexpr):
+    """ALiBi's slope of query head `head` (batch x HEADS + h), in the log2 domain (0 without ALiBi)."""
+    if ALIBI:
+        slope = gl.load(Alibi + (head // HEADS) * stride_az + (head % HEADS) * stride_ah).to(gl.float32) * _LOG2E
+    else:
+        slope = 0.0
+    return slope
+
+
 @gluon.constexpr_function
 def _wgmma_layout(num_warps, cols):
     """The register layout of a warpgroup MMA's accumulator with `cols` columns."""
@@ -175,9 +226,10 @@ def _store_dk_dv(DK, DV, dk, dv, kv_row, first_key, N_K, sm_scale, acc_layout: g
 @gluon.jit
 def _consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full, ds_empty,
               dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m, qk_scale, sm_scale,
-              q_desc, k_desc, v_desc, do_desc, WHICH: gl.constexpr, HALF_N: gl.constexpr, BLOCK_M: gl.constexpr,
-              HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, LOADS: gl.constexpr,
-              num_warps: gl.constexpr):
+              q_desc, k_desc, v_desc, do_desc, Alibi, stride_az, stride_ah, win_left, win_right, softcap_scale,
+              softcap_log2, HEADS, WHICH: gl.constexpr, HALF_N: gl.constexpr, BLOCK_M: gl.constexpr,
+              HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
+              SOFTCAP: gl.constexpr, ALIBI: gl.constexpr, LOADS: gl.constexpr, num_warps: gl.constexpr):
     """The plain schedule. One warpgroup, keys [key0 + WHICH * HALF_N, + HALF_N): dK and dV over every
     streamed query tile, and half of the columns of each tile's dQ over all 128 keys of the program.
     With LOADS (the self-loading schedule, no producer warp) this consumer also issues the TMA loads:
@@ -227,12 +279,21 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, 
         st = warpgroup_mma(k_tile, q_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
         dpt = warpgroup_mma(v_tile, do_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
         st = warpgroup_mma_wait(1, deps=[st])
-        visible = _visible(keys, queries, N_Q, N_K, causal_offset, CAUSAL)
-        pt = gl.where(visible, gl.exp2(st * qk_scale - gl.expand_dims(lse, 0)), 0.0)
+        if WINDOW or SOFTCAP or ALIBI:
+            slope_log2 = _slope_log2(Alibi, stride_az, stride_ah, head, HEADS, ALIBI)
+            pt, grad = _probs_t_with_features(st, keys, queries, lse, slope_log2, N_Q, N_K, causal_offset, qk_scale,
+                                              win_left, win_right, softcap_scale, softcap_log2, CAUSAL, WINDOW,
+                                              SOFTCAP, ALIBI)
+        else:
+            visible = _visible(keys, queries, N_Q, N_K, causal_offset, CAUSAL)
+            pt = gl.where(visible, gl.exp2(st * qk_scale - gl.expand_dims(lse, 0)), 0.0)
         pt_op = gl.convert_layout(pt.to(dtype), a_layout)
         dv = warpgroup_mma(pt_op, do_tile, dv, is_async=True)  # dV += P^T dO
         dpt = warpgroup_mma_wait(1, deps=[dpt])
-        dst = (pt * (dpt - gl.expand_dims(delta, 0))).to(dtype)
+        dst = pt * (dpt - gl.expand_dims(delta, 0))
+        if SOFTCAP:
+            dst = dst * grad
+        dst = dst.to(dtype)
         buf = t % 2
         mbarrier.wait(ds_empty.index(buf), ((t // 2) & 1) ^ 1)  # the other consumer has read tile t - 2's
         ds_smem.index(buf * 2 + WHICH).store(dst)
@@ -259,8 +320,10 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, 
 @gluon.jit
 def _consumer_fused(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full, ds_empty,
                     dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m, qk_scale,
-                    sm_scale, WHICH: gl.constexpr, HALF_N: gl.constexpr, BLOCK_M: gl.constexpr,
-                    HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, DRAIN_DK: gl.constexpr,
+                    sm_scale, Alibi, stride_az, stride_ah, win_left, win_right, softcap_scale, softcap_log2,
+                    HEADS, WHICH: gl.constexpr, HALF_N: gl.constexpr, BLOCK_M: gl.constexpr,
+                    HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, WINDOW: gl.constexpr,
+                    SOFTCAP: gl.constexpr, ALIBI: gl.constexpr, DRAIN_DK: gl.constexpr,
                     SKIP_MASK: gl.constexpr, num_warps: gl.constexpr):
     """The fused schedule: the plain one's work (`_consumer`) with fewer stalls: the next tile's lse and
     delta loaded while this tile computes; dK and dQ issued back to back and drained once, or with
@@ -313,19 +376,28 @@ def _consumer_fused(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, r
         st = warpgroup_mma(k_tile, q_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
         dpt = warpgroup_mma(v_tile, do_tile.permute((1, 0)), st_zero, use_acc=False, is_async=True)
         st = warpgroup_mma_wait(1, deps=[st])
-        pt = gl.exp2(st * qk_scale - gl.expand_dims(lse, 0))
-        if SKIP_MASK:  # a runtime branch: at d128 it costs more spills than the mask it saves
+        if WINDOW or SOFTCAP or ALIBI:  # masked on every tile
+            slope_log2 = _slope_log2(Alibi, stride_az, stride_ah, head, HEADS, ALIBI)
+            pt, grad = _probs_t_with_features(st, keys, queries, lse, slope_log2, N_Q, N_K, causal_offset, qk_scale,
+                                              win_left, win_right, softcap_scale, softcap_log2, CAUSAL, WINDOW,
+                                              SOFTCAP, ALIBI)
+        elif SKIP_MASK:  # a runtime branch: at d128 it costs more spills than the mask it saves
+            pt = gl.exp2(st * qk_scale - gl.expand_dims(lse, 0))
             needs_mask = (q0 + BLOCK_M > N_Q) | (first_key + HALF_N > N_K)
             if CAUSAL:
                 needs_mask = needs_mask | (q0 + causal_offset < first_key + HALF_N - 1)
             if needs_mask:
                 pt = gl.where(_visible(keys, queries, N_Q, N_K, causal_offset, CAUSAL), pt, 0.0)
         else:
+            pt = gl.exp2(st * qk_scale - gl.expand_dims(lse, 0))
             pt = gl.where(_visible(keys, queries, N_Q, N_K, causal_offset, CAUSAL), pt, 0.0)
         pt_op = gl.convert_layout(pt.to(dtype), a_layout)
         dv = warpgroup_mma(pt_op, do_tile, dv, is_async=True)  # dV += P^T dO
         dpt = warpgroup_mma_wait(1, deps=[dpt])
-        dst = (pt * (dpt - gl.expand_dims(delta, 0))).to(dtype)
+        dst = pt * (dpt - gl.expand_dims(delta, 0))
+        if SOFTCAP:
+            dst = dst * grad
+        dst = dst.to(dtype)
         buf = t % 2
         mbarrier.wait(ds_empty.index(buf), ((t // 2) & 1) ^ 1)  # the other consumer has read tile t - 2's
         ds_smem.index(buf * 2 + WHICH).store(dst)
@@ -353,13 +425,10 @@ def _consumer_fused(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, r
 
 
 @gluon.jit
-def _hopper_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, DK, DV, N_Q, N_K, KV_HEADS, GROUP,
-                qk_scale, sm_scale, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-                CAUSAL: gl.constexpr, FUSED: gl.constexpr, SELF_LOADING: gl.constexpr, num_warps: gl.constexpr):
-    """A program: 2 x HALF_N keys of one (batch, kv head); warps: consumer 0 (the default partition),
-    consumer 1 and, unless SELF_LOADING (consumer 0 issues the loads), the producer."""
-    HALF: gl.constexpr = k_desc.block_type.shape[0]
-    key0 = gl.program_id(0) * 2 * HALF
+def _program_queries(key0, N_Q, N_K, KV_HEADS, GROUP, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
+    """What a program of keys [key0, ...) of (batch, kv head) program_id(1) streams: its first query head
+    (the group's heads follow it), its first key row in the (B*Hkv*N, D) matrix, and the query tiles
+    m_start.. of each head that can see its keys (n_m of them). Both backward kernels' programs start here."""
     off_hkv = gl.program_id(1)  # batch * KV_HEADS + kv head
     q_head0 = (off_hkv // KV_HEADS) * (KV_HEADS * GROUP) + (off_hkv % KV_HEADS) * GROUP
     kv_row = off_hkv * N_K + key0
@@ -369,7 +438,29 @@ def _hopper_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, DK, DV, N_
     else:
         m_start = 0
     n_m = gl.maximum(n_m_total - m_start, 0)
+    return q_head0, kv_row, m_start, n_m
 
+
+@gluon.jit(do_not_specialize=["stride_az", "stride_ah", "win_left", "win_right"],
+           do_not_specialize_on_alignment=["Alibi"])
+def _hopper_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, DK, DV, N_Q, N_K, KV_HEADS, GROUP,
+                qk_scale, sm_scale, Alibi, stride_az, stride_ah, win_left, win_right, softcap_scale, softcap_log2,
+                BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+                CAUSAL: gl.constexpr, WINDOW: gl.constexpr, SOFTCAP: gl.constexpr, ALIBI: gl.constexpr,
+                FUSED: gl.constexpr, SELF_LOADING: gl.constexpr, num_warps: gl.constexpr):
+    """A program: 2 x HALF_N keys of one (batch, kv head); warps: consumer 0 (the default partition),
+    consumer 1 and, unless SELF_LOADING (consumer 0 issues the loads), the producer. The feature
+    arguments are the Hopper forward's (kernels/_hopper.py `kernel_args`); under a window the program
+    streams only the query tiles whose windows reach its keys."""
+    HALF: gl.constexpr = k_desc.block_type.shape[0]
+    key0 = gl.program_id(0) * 2 * HALF
+    q_head0, kv_row, m_start, n_m = _program_queries(key0, N_Q, N_K, KV_HEADS, GROUP, BLOCK_M, CAUSAL)
+    if WINDOW:  # query q sees keys q + N_K - N_Q - win_left .. q + N_K - N_Q + win_right (CAUSAL is off)
+        m_start = gl.maximum(key0 - (N_K - N_Q) - win_right, 0) // BLOCK_M
+        last_query = gl.minimum(key0 + 2 * HALF, N_K) - 1 - (N_K - N_Q) + win_left  # the last that sees a key here
+        n_m = gl.maximum(gl.cdiv(gl.minimum(last_query + 1, N_Q), BLOCK_M) - m_start, 0)
+
+    HEADS = KV_HEADS * GROUP
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, HEAD_DIM], do_desc.layout)
@@ -395,23 +486,27 @@ def _hopper_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, DK, DV, N_
         gl.warp_specialize([
             (_consumer, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full, ds_empty,
                          dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m,
-                         qk_scale, sm_scale, q_desc, k_desc, v_desc, do_desc, 0, HALF, BLOCK_M, HEAD_DIM, STAGES,
-                         CAUSAL, True, num_warps)),
+                         qk_scale, sm_scale, q_desc, k_desc, v_desc, do_desc, Alibi, stride_az, stride_ah, win_left,
+                         win_right, softcap_scale, softcap_log2, HEADS, 0, HALF, BLOCK_M, HEAD_DIM, STAGES,
+                         CAUSAL, WINDOW, SOFTCAP, ALIBI, True, num_warps)),
             (_consumer, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full, ds_empty,
                          dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m,
-                         qk_scale, sm_scale, q_desc, k_desc, v_desc, do_desc, 1, HALF, BLOCK_M, HEAD_DIM, STAGES,
-                         CAUSAL, False, num_warps)),
+                         qk_scale, sm_scale, q_desc, k_desc, v_desc, do_desc, Alibi, stride_az, stride_ah, win_left,
+                         win_right, softcap_scale, softcap_log2, HEADS, 1, HALF, BLOCK_M, HEAD_DIM, STAGES,
+                         CAUSAL, WINDOW, SOFTCAP, ALIBI, False, num_warps)),
         ], [_CONSUMER_WARPS], [_CONSUMER_REGS])
     elif FUSED:
         gl.warp_specialize([
             (_consumer_fused, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full,
                                ds_empty, dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K,
-                               m_start, n_m, qk_scale, sm_scale, 0, HALF, BLOCK_M, HEAD_DIM, STAGES, CAUSAL,
-                               True, HEAD_DIM == 64, num_warps)),
+                               m_start, n_m, qk_scale, sm_scale, Alibi, stride_az, stride_ah, win_left, win_right,
+                               softcap_scale, softcap_log2, HEADS, 0, HALF, BLOCK_M, HEAD_DIM, STAGES, CAUSAL, WINDOW,
+                               SOFTCAP, ALIBI, True, HEAD_DIM == 64, num_warps)),
             (_consumer_fused, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full,
                                ds_empty, dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K,
-                               m_start, n_m, qk_scale, sm_scale, 1, HALF, BLOCK_M, HEAD_DIM, STAGES, CAUSAL,
-                               True, HEAD_DIM == 64, num_warps)),
+                               m_start, n_m, qk_scale, sm_scale, Alibi, stride_az, stride_ah, win_left, win_right,
+                               softcap_scale, softcap_log2, HEADS, 1, HALF, BLOCK_M, HEAD_DIM, STAGES, CAUSAL, WINDOW,
+                               SOFTCAP, ALIBI, True, HEAD_DIM == 64, num_warps)),
             (_producer, (q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
                          kv_row, q_head0, GROUP, N_Q, m_start, n_m, BLOCK_M, STAGES)),
         ], [_CONSUMER_WARPS, 1], [_CONSUMER_REGS, _PRODUCER_REGS])
@@ -419,12 +514,14 @@ def _hopper_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, Lse, Delta, DK, DV, N_
         gl.warp_specialize([
             (_consumer, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full, ds_empty,
                          dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m,
-                         qk_scale, sm_scale, q_desc, k_desc, v_desc, do_desc, 0, HALF, BLOCK_M, HEAD_DIM, STAGES,
-                         CAUSAL, False, num_warps)),
+                         qk_scale, sm_scale, q_desc, k_desc, v_desc, do_desc, Alibi, stride_az, stride_ah, win_left,
+                         win_right, softcap_scale, softcap_log2, HEADS, 0, HALF, BLOCK_M, HEAD_DIM, STAGES,
+                         CAUSAL, WINDOW, SOFTCAP, ALIBI, False, num_warps)),
             (_consumer, (q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, empty, ds_full, ds_empty,
                          dq_desc, Lse, Delta, DK, DV, key0, q_head0, kv_row, GROUP, N_Q, N_K, m_start, n_m,
-                         qk_scale, sm_scale, q_desc, k_desc, v_desc, do_desc, 1, HALF, BLOCK_M, HEAD_DIM, STAGES,
-                         CAUSAL, False, num_warps)),
+                         qk_scale, sm_scale, q_desc, k_desc, v_desc, do_desc, Alibi, stride_az, stride_ah, win_left,
+                         win_right, softcap_scale, softcap_log2, HEADS, 1, HALF, BLOCK_M, HEAD_DIM, STAGES,
+                         CAUSAL, WINDOW, SOFTCAP, ALIBI, False, num_warps)),
             (_producer, (q_desc, k_desc, v_desc, do_desc, q_smem, do_smem, k_smem, v_smem, kv_bar, ready, empty,
                          kv_row, q_head0, GROUP, N_Q, m_start, n_m, BLOCK_M, STAGES)),
         ], [_CONSUMER_WARPS, 1], [_CONSUMER_REGS, _PRODUCER_REGS])
@@ -440,19 +537,53 @@ def dq_descriptor(dq_acc: torch.Tensor) -> TensorDescriptor:
 
 
 def kernel_args(q, k, v, do, dq_acc, lse, delta, dk, dv, softmax_scale: float, causal: bool,
-                schedule: str | None = None, stages: int | None = None) -> tuple[tuple, dict]:
-    """The positional and keyword arguments of one `_hopper_bwd` launch (tests/hopper_compile.py
-    compiles from them too)."""
-    batch, heads, n_q, head_dim = q.shape
-    kv_heads, n_k = k.shape[1], k.shape[2]
-    default_schedule, default_stages = SCHEDULES[head_dim]
+                schedule: str | None = None, stages: int | None = None, window_size: tuple[int, int] = (-1, -1),
+                softcap: float = 0.0, alibi_slopes: torch.Tensor | None = None) -> tuple[tuple, dict]:
+    """The positional and keyword arguments of one `_hopper_bwd` launch through Triton's JIT
+    (tests/hopper_compile.py compiles from them too)."""
+    scalars, constants = _launch_values(q, k, softmax_scale, causal, schedule, stages, window_size, softcap,
+                                        alibi_slopes, lse)
     args = (_hopper._descriptor(q, BLOCK_M), _hopper._descriptor(k, HALF_N), _hopper._descriptor(v, HALF_N),
-            _hopper._descriptor(do, BLOCK_M), dq_descriptor(dq_acc), lse, delta, dk, dv, n_q, n_k, kv_heads,
-            heads // kv_heads, softmax_scale * _hopper.LOG2E, softmax_scale)
+            _hopper._descriptor(do, BLOCK_M), dq_descriptor(dq_acc), lse, delta, dk, dv, *scalars)
+    return args, dict(zip(_CONSTANTS, constants))
+
+
+_CONSTANTS = ("BLOCK_M", "HEAD_DIM", "STAGES", "CAUSAL", "WINDOW", "SOFTCAP", "ALIBI", "FUSED", "SELF_LOADING",
+              "num_warps")
+
+
+def _launch_values(q, k, softmax_scale, causal, schedule, stages, window_size, softcap, alibi_slopes,
+                   dummy) -> tuple[tuple, tuple]:
+    """(the scalar and feature arguments after DV, the compile-time constants in _CONSTANTS' order); a call
+    without features reads them from a cache, as the forward's."""
+    _, heads, n_q, head_dim = q.shape
+    kv_heads, n_k = k.shape[1], k.shape[2]
+    if window_size == (-1, -1) and not softcap and alibi_slopes is None:
+        before, after, constants = _plain_launch_values(n_q, heads, head_dim, kv_heads, n_k, softmax_scale, causal,
+                                                        schedule, stages)
+        return before + (dummy,) + after, constants
+    default_schedule, default_stages = SCHEDULES[head_dim]
     schedule = schedule or default_schedule
-    constants = dict(BLOCK_M=BLOCK_M, HEAD_DIM=head_dim, STAGES=stages or default_stages, CAUSAL=bool(causal),
-                     FUSED=schedule == "fused", SELF_LOADING=schedule == "self_loading", num_warps=CONSUMER_WARPS)
-    return args, constants
+    feature_args, switches = _hopper._features(n_q, n_k, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                                               dummy)
+    scalars = (n_q, n_k, kv_heads, heads // kv_heads, softmax_scale * _hopper.LOG2E, softmax_scale, *feature_args)
+    constants = (BLOCK_M, head_dim, stages or default_stages, *switches, schedule == "fused",
+                 schedule == "self_loading", CONSUMER_WARPS)
+    return scalars, constants
+
+
+@functools.lru_cache(maxsize=1024)
+def _plain_launch_values(n_q, heads, head_dim, kv_heads, n_k, softmax_scale, causal, schedule,
+                         stages) -> tuple[tuple, tuple, tuple]:
+    """`_launch_values` without features: the scalars before and after the (unused) ALiBi pointer, and the
+    constants."""
+    default_schedule, default_stages = SCHEDULES[head_dim]
+    schedule = schedule or default_schedule
+    before = (n_q, n_k, kv_heads, heads // kv_heads, softmax_scale * _hopper.LOG2E, softmax_scale)
+    after = (0, 0, 0, 0, 0.0, 0.0)
+    constants = (BLOCK_M, head_dim, stages or default_stages, bool(causal), False, False, False, schedule == "fused",
+                 schedule == "self_loading", CONSUMER_WARPS)
+    return before, after, constants
 
 
 def max_regs(schedule: str) -> int:
@@ -462,41 +593,66 @@ def max_regs(schedule: str) -> int:
     return 256 if schedule == "self_loading" else MAX_REGS
 
 
+def backward_inputs(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+    """do (made contiguous), q, k, v, each at a 16-byte aligned address as TMA reads them, and dk, dv to fill."""
+    do = _hopper.aligned(do.contiguous())
+    q, k, v = _hopper.aligned(q), _hopper.aligned(k), _hopper.aligned(v)
+    return do, q, k, v, torch.empty_like(k), torch.empty_like(v)
+
+
+def delta_pass(out: torch.Tensor, do: torch.Tensor, dq_acc: torch.Tensor, zero_dq: bool) -> torch.Tensor:
+    """delta = rowsum(dO * O), (B, H, N) float32, by the portable backward's pre-pass; with zero_dq it also
+    zeroes the float32 dQ accumulator, laid out (B, H, N, D)."""
+    batch, heads, n_q, head_dim = out.shape
+    out = out.contiguous()
+    delta = torch.empty((batch, heads, n_q), device=out.device, dtype=torch.float32)
+    delta_block = 64
+    launch_kernel(_attn_bwd_delta, (cdiv(n_q, delta_block) * batch * heads,),
+                  out, do, delta, dq_acc, *strides(out, False), *strides(do, False), heads, n_q, delta, 0,
+                  HEAD_DIM=head_dim, HEAD_DIM_PAD=next_power_of_2(head_dim), BLOCK_M=delta_block,
+                  VARLEN=False, ZERO_DQ=zero_dq)
+    return delta
+
+
 def hopper_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                     lse: torch.Tensor, softmax_scale: float, causal: bool, schedule: str | None = None,
-                    stages: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                    stages: int | None = None, window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                    alibi_slopes: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv of attention(q, k, v) given the output, its log-sum-exp and d_out (callers check
     `hopper_unsupported` first; do and out may have any strides: they are made contiguous here).
-    `schedule` ("plain", "fused" or "self_loading") and `stages` override SCHEDULES (for the tests and probes). Both
+    `window_size`, `softcap` and `alibi_slopes` (a (B, H) float32 view) as the forward took them (head dims
+    64 and 128). `schedule` ("plain", "fused" or "self_loading") and `stages` override SCHEDULES (for the tests
+    and probes; at head dims 192 and 256, `kernels._hopper_bwd_wide.wide_backward` runs with its own schedule). Both
     kernels launch as the Hopper forward does: through Triton's JIT on a shape's first call, then
-    directly (`kernels._launch`)."""
+    directly (`kernels._launch`; the window's and ALiBi's integers are not specialised on)."""
     batch, heads, n_q, head_dim = q.shape
-    do, out = _hopper.aligned(do.contiguous()), out.contiguous()  # TMA reads 16-byte aligned addresses only
-    q, k, v = _hopper.aligned(q), _hopper.aligned(k), _hopper.aligned(v)
-    dk, dv = torch.empty_like(k), torch.empty_like(v)
-    delta = torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32)
+    if head_dim in WIDE_HEAD_DIMS:
+        if window_size != (-1, -1) or softcap or alibi_slopes is not None:
+            raise NotImplementedError(f"the Hopper backward has the window, softcap and ALiBi at head dims "
+                                      f"{FEATURE_HEAD_DIMS}, not {head_dim}")
+        from kernels._hopper_bwd_wide import wide_backward
+
+        return wide_backward(do, q, k, v, out, lse, softmax_scale, causal)
+    do, q, k, v, dk, dv = backward_inputs(do, q, k, v)
     dq_acc = torch.empty((batch, heads, n_q, head_dim), device=q.device, dtype=torch.float32)
-    delta_block = 64
-    launch_kernel(_attn_bwd_delta, (triton.cdiv(n_q, delta_block) * batch * heads,),
-                  out, do, delta, dq_acc, *strides(out, False), *strides(do, False), heads, n_q, delta, 0,
-                  HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim, BLOCK_M=delta_block, VARLEN=False, ZERO_DQ=True)
+    delta = delta_pass(out, do, dq_acc, zero_dq=True)
     lse = lse.contiguous()
-    default_schedule, default_stages = SCHEDULES[head_dim]
-    schedule, stages = schedule or default_schedule, stages or default_stages
-    grid = (triton.cdiv(k.shape[2], BLOCK_N), batch * k.shape[1])
+    scalars, constants = _launch_values(q, k, softmax_scale, causal, schedule, stages, window_size, softcap,
+                                        alibi_slopes, lse)
+    grid = (cdiv(k.shape[2], BLOCK_N), batch * k.shape[1])
+    self_loading = constants[_CONSTANTS.index("SELF_LOADING")]
 
     def jit_launch():
-        args, constants = kernel_args(q, k, v, do, dq_acc, lse, delta, dk, dv, softmax_scale, causal, schedule,
-                                      stages)
-        return _hopper_bwd[grid](*args, **constants, maxnreg=max_regs(schedule))
+        return _hopper_bwd[grid](_hopper._descriptor(q, BLOCK_M), _hopper._descriptor(k, HALF_N),
+                                 _hopper._descriptor(v, HALF_N), _hopper._descriptor(do, BLOCK_M), dq_descriptor(dq_acc),
+                                 lse, delta, dk, dv, *scalars, **dict(zip(_CONSTANTS, constants)),
+                                 maxnreg=max_regs("self_loading" if self_loading else "plain"))
 
     def direct_args():
         return (row_descriptor(q), row_descriptor(k), row_descriptor(v), row_descriptor(do), row_descriptor(dq_acc),
-                lse, delta, dk, dv, n_q, k.shape[2], k.shape[1], heads // k.shape[1], softmax_scale * _hopper.LOG2E,
-                softmax_scale, BLOCK_M, head_dim, stages, bool(causal), schedule == "fused",
-                schedule == "self_loading", CONSUMER_WARPS)
+                lse, delta, dk, dv, *scalars, *constants)
 
     # lse is the only input allocated outside: its alignment is part of the specialisation
-    launch_keyed(("hopper_bwd", q.dtype, tuple(q.shape), tuple(k.shape), schedule, stages, bool(causal),
-                  lse.data_ptr() % 16 == 0), grid, direct_args, jit_launch)
+    launch_keyed(("hopper_bwd", q.dtype, tuple(q.shape), tuple(k.shape), constants, lse.data_ptr() % 16 == 0), grid,
+                 direct_args, jit_launch)
     return dq_acc.to(q.dtype), dk, dv

@@ -60,6 +60,17 @@ _keyed: dict = {}  # (device, caller's key) -> (CompiledKernel, _MapLauncher or 
 _tensor_maps: dict = {}  # what a map encodes -> [map, *shape, *strides], the launcher's arguments for it
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for host ints (grids, tile counts): triton.cdiv is a constexpr function, whose wrapper
+    costs ~1.5 us a call on the host."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The least power of two >= n, as triton.next_power_of_2 gives it (0 for 0), for host ints."""
+    return 1 << (n - 1).bit_length() if n > 0 else 0
+
+
 def _getter(indices: list[int]):
     """A function returning the items at `indices` of a sequence, always as a tuple."""
     if not indices:

@@ -68,12 +68,27 @@ ALGORITHMS = ("fa2", "fa1")
 # 1.16-1.49x, 1.46-1.89x and 1.46-1.96x the portable forward at every length from 512, full and causal
 # (notes/round19/hopper_head_dims_probe_h200.csv, fp16, one process; notes/perf.md v19).
 HOPPER_FORWARD_MIN_KEYS = {64: 4096, 96: 0, 128: 0, 192: 0, 256: 0}
+# The training features (flash_attention's argument names) with which the default (hopper=None) still
+# picks the Hopper forward where it covers the call; with any other, the portable forward runs. The
+# Hopper forward has the sliding window, softcap and ALiBi (hopper=True takes them all). The window and
+# softcap are faster there at every length timed, at head dims 64 and 128 (1.21-1.33x and 1.04-1.25x the
+# portable forward on the H200, 1k-16k keys); ALiBi without a mask is not at head dim 64 (0.85-0.98x), so it
+# stays on the portable forward (notes/round22/h200/hopper_features_probe_h200.csv, notes/perf.md).
+HOPPER_FORWARD_FEATURES = frozenset({"window_size", "softcap"})
+# The same for the Hopper backward (kernels/_hopper_bwd.py), which has them too at head dims 64 and 128:
+# none. At head dim 64 on the H200 both won (notes/round22/h200/hopper_features_probe_h200.csv); at head
+# dim 128, timed on an H100 (the H200's arms are not timed yet), neither beat the portable backward after
+# the Hopper forward at every length (notes/round22/h100/hopper_features_probe_d128_h100.csv,
+# notes/round22/backward_features.py decide).
+HOPPER_BACKWARD_FEATURES = frozenset()
 # (head dim, causal) at which flash_attention runs the Hopper backward (kernels/_hopper_bwd.py) when
 # `hopper_backward` is not given, deterministic=False and the kernel covers the call: every pair it
 # covers, as it is faster than the portable backward there on the H200 (the 8a451f2 archive's hopper
 # ablation: 1.06-1.20x at 64, 1.10-1.21x at 128 full, 1.01-1.08x at 128 causal, before the
-# self-loading schedule added 1.06-1.10x at 128; notes/perf.md v15, v16).
-HOPPER_BACKWARD_DEFAULTS = ((64, False), (64, True), (128, False), (128, True))
+# self-loading schedule added 1.06-1.10x at 128; notes/perf.md v15, v16), and at 192 and 256
+# (kernels/_hopper_bwd_wide.py; notes/perf.md v20).
+HOPPER_BACKWARD_DEFAULTS = ((64, False), (64, True), (128, False), (128, True), (192, False), (192, True),
+                            (256, False), (256, True))
 
 
 def _interpreter_on() -> bool:
@@ -158,7 +173,9 @@ def _forward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, alibi_slope
         if opts.hopper:
             from kernels._hopper import hopper_forward
 
-            out, lse = hopper_forward(q, k, v, opts.softmax_scale, opts.causal, overlap=opts.hopper_overlap)
+            out, lse = hopper_forward(q, k, v, opts.softmax_scale, opts.causal, overlap=opts.hopper_overlap,
+                                      window_size=(opts.window_left, opts.window_right), softcap=opts.softcap,
+                                      alibi_slopes=alibi_slopes)
             return out, lse, q.new_empty((0,), dtype=torch.float32)
         return attention_forward(q, k, v, opts, alibi_slopes, dropout_seed, cu_seqlens_q, cu_seqlens_k)
 
@@ -189,7 +206,9 @@ def _backward_impl(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
         if opts.hopper_backward:
             from kernels._hopper_bwd import hopper_backward
 
-            return hopper_backward(do, q, k, v, out, lse, opts.softmax_scale, opts.causal)
+            return hopper_backward(do, q, k, v, out, lse, opts.softmax_scale, opts.causal,
+                                   window_size=(opts.window_left, opts.window_right), softcap=opts.softcap,
+                                   alibi_slopes=alibi_slopes)
         return attention_backward(do, q, k, v, out, lse, scores, opts, alibi_slopes, dropout_seed,
                                   cu_seqlens_q, cu_seqlens_k)
 
@@ -364,6 +383,8 @@ def _hopper_gaps(q, k, v, opts: AttentionOptions, alibi, varlen: bool, tiles, sw
     from kernels._hopper import hopper_unsupported
 
     used = opts.features + (["alibi_slopes"] if alibi is not None else [])
+    covered = _hopper_features(switch, q.shape[-1])
+    used = [name for name in used if name not in covered]
     used += [name for name, on in (("cu_seqlens_q/cu_seqlens_k (packed batches)", varlen),
                                    (f"algorithm={opts.algorithm!r}", opts.algorithm != "fa2"),
                                    ("fwd_tiles" if switch == "hopper" else "bwd_tiles", tiles is not None),
@@ -372,7 +393,25 @@ def _hopper_gaps(q, k, v, opts: AttentionOptions, alibi, varlen: bool, tiles, sw
                                    ("seq_parallel=False", not opts.seq_parallel),
                                    ("skip_masked_tiles=False", not opts.skip_masked_tiles),
                                    ("atomic_dq=True", switch != "hopper" and opts.atomic_dq)) if on]
-    return used + hopper_unsupported(q, k, v, opts.causal, _hopper_head_dims(switch))
+    return used + hopper_unsupported(q, k, v, opts.causal, _hopper_head_dims(switch), window_right=opts.window_right,
+                                     alibi=alibi is not None)
+
+
+def _hopper_features(switch: str, head_dim: int) -> tuple[str, ...]:
+    """The training features the Hopper forward (switch "hopper") or backward ("hopper_backward") has at
+    this head dim (window, softcap, ALiBi; never dropout)."""
+    from kernels import _hopper, _hopper_bwd
+
+    kernel = _hopper if switch == "hopper" else _hopper_bwd
+    return kernel.FEATURES if head_dim in kernel.FEATURE_HEAD_DIMS else ()
+
+
+def hopper_features_by_default(switch: str, head_dim: int) -> frozenset[str]:
+    """The training features with which flash_attention's default still runs the Hopper forward (switch
+    "hopper") or backward ("hopper_backward") at this head dim: those HOPPER_FORWARD_FEATURES
+    (HOPPER_BACKWARD_FEATURES) names that the kernel has there."""
+    listed = HOPPER_FORWARD_FEATURES if switch == "hopper" else HOPPER_BACKWARD_FEATURES
+    return listed & frozenset(_hopper_features(switch, head_dim))
 
 
 def _hopper_head_dims(switch: str) -> tuple[int, ...]:
@@ -392,7 +431,8 @@ def _check_hopper(q, k, v, opts: AttentionOptions, alibi, varlen: bool, tiles, s
         which = "forward" if switch == "hopper" else "backward"
         raise NotImplementedError(f"{switch}=True does not support {'; '.join(used)}: the Hopper {which} covers "
                                   f"float16/bfloat16, head dims {spoken(_hopper_head_dims(switch))}, causal and full "
-                                  "masks and GQA on sm_90 "
+                                  "masks, sliding windows, softcap, ALiBi and GQA "
+                                  "on sm_90 "
                                   f"(call without {switch}=True for the portable kernels)")
 
 
@@ -568,11 +608,14 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
             backward is chosen on its own (`hopper_backward`), fed by the forward's output and lse. The
             Hopper forward covers float16 and bfloat16, head dims 64, 96, 128, 192 and 256 (96 and
             192 in the tiles of 128 and 256), causal
-            (seqlen_q <= seqlen_k) and full masks, grouped-query attention, and inputs whose
+            (seqlen_q <= seqlen_k) and full masks, sliding windows (where every query sees a
+            key), softcap and ALiBi, grouped-query attention, and inputs whose
             heads' rows are contiguous ((B, H, N, D) dense); with hopper=True anything else,
-            including the training features, packed batches, fwd_tiles and the forward's
+            including dropout, packed batches, fwd_tiles and the forward's
             ablation switches, raises NotImplementedError naming it (with None it falls back).
-            Its output is contiguous.
+            Its output is contiguous. With a window, softcap or ALiBi the default takes the Hopper
+            kernels only for the features HOPPER_FORWARD_FEATURES (HOPPER_BACKWARD_FEATURES for the
+            backward) names.
         hopper_overlap: with hopper=True, False runs the consumers serially (S, softmax, P V,
             one tile after another): the ablation of the overlap. Without hopper=True it must
             stay True (ValueError).
@@ -584,7 +627,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
             TMA, dK and dV in registers, dQ added into a float32 accumulator by TMA reduce-add
             instead of the portable backward's separate dQ kernel), after either forward; False
             the portable backward (the ablations of the FlashAttention-2 kernels pin it). Same
-            coverage as hopper=True at head dims 64 and 128, and not with bwd_tiles (its tiles are
+            coverage as hopper=True at head dims 64, 128, 192 and 256, and not with bwd_tiles (its tiles are
             fixed), else NotImplementedError; not bitwise reproducible, so deterministic=True with it
             is a ValueError.
 
@@ -713,12 +756,16 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
         if hopper_backward:
             _check_hopper(q, k, v, opts, alibi, varlen, bwd_tiles, switch="hopper_backward")
         default_forward = hopper is None and hopper_forward_by_default(head_dim, k.shape[2], q.device)
+        features_by_default = hopper_features_by_default("hopper", head_dim).issuperset(features)
+        backward_features_by_default = hopper_features_by_default("hopper_backward", head_dim).issuperset(features)
         default_backward = (hopper_backward is None and not deterministic
                             and hopper_backward_by_default(head_dim, causal, q.device))
         if default_forward or default_backward:
             opts = dataclasses.replace(
-                opts, hopper=opts.hopper or (default_forward and not _hopper_gaps(q, k, v, opts, alibi, varlen, fwd_tiles)),
-                hopper_backward=opts.hopper_backward or (default_backward and not _hopper_gaps(
+                opts, hopper=opts.hopper or (default_forward and features_by_default
+                                             and not _hopper_gaps(q, k, v, opts, alibi, varlen, fwd_tiles)),
+                hopper_backward=opts.hopper_backward or (default_backward and backward_features_by_default
+                                                         and not _hopper_gaps(
                     q, k, v, opts, alibi, varlen, bwd_tiles, switch="hopper_backward")))
 
         if q.numel() == 0:  # empty batch, heads or queries: nothing to launch

@@ -73,10 +73,10 @@ import numbers
 import operator
 
 import torch
-import triton
 
 from kernels._decode import choose_num_splits, decode_block_sizes, decode_forward
 from kernels.attention import _check_alibi, _launch_device, check_inputs, flash_attention
+from kernels._launch import cdiv
 from kernels.errors import InputError
 
 _FULL_WINDOW = (-1, -1)
@@ -194,7 +194,7 @@ def _split_kv_splits(q, k, v, dropout_p, softmax_scale) -> int:
     if rows > SPLIT_KV_MAX_ROWS:
         return 0
     block_m, block_n, _, _ = decode_block_sizes(head_dim, rows, q.device)
-    splits = choose_num_splits(batch, kv_heads, triton.cdiv(rows, block_m), n_k, q.device, block_n)
+    splits = choose_num_splits(batch, kv_heads, cdiv(rows, block_m), n_k, q.device, block_n)
     return splits if splits > 1 else 0
 
 

@@ -27,7 +27,7 @@ from triton.compiler import make_backend
 from triton.experimental.gluon._runtime import GluonASTSource
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from kernels import _hopper, _hopper_bwd
+from kernels import _hopper, _hopper_bwd, _hopper_bwd_wide
 
 SM90 = GPUTarget("cuda", 90, 32)
 
@@ -66,35 +66,64 @@ def compile_sm90(kernel, args: tuple, constants: dict, maxnreg: int):
     return compiled, ptx, arch, info, time.time() - start
 
 
-def compile_config(head_dim: int, causal: bool, overlap: bool, dtype=torch.float16, n: int = 4096) -> str:
+def _feature_names(constants: dict) -> str:
+    """" window softcap alibi" (those the compile-time switches turn on), for a report line."""
+    return "".join(f" {name}" for name in ("window", "softcap", "alibi") if constants[name.upper()])
+
+
+def compile_config(head_dim: int, causal: bool, overlap: bool, dtype=torch.float16, n: int = 4096,
+                   window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0, alibi: bool = False) -> str:
     """One configuration compiled for sm_90a; returns a line with what ptxas reports."""
     x = torch.empty(1, 2, n, head_dim, dtype=dtype)
-    block_n, stages = _hopper.default_config(head_dim)
-    tile_dim = _hopper.padded_head_dim(head_dim)
-    args = (_hopper._descriptor(x, _hopper.HALF_M, tile_dim), _hopper._descriptor(x, block_n, tile_dim),
-            _hopper._descriptor(x, block_n, tile_dim), x, torch.empty(1, dtype=torch.float32), n, n, 2, 1,
-            head_dim ** -0.5 * _hopper.LOG2E)
-    constants = dict(BLOCK_N=block_n, HEAD_DIM=tile_dim, OUT_DIM=head_dim, STAGES=stages, CAUSAL=causal,
-                     OVERLAP=overlap, num_warps=_hopper.CONSUMER_WARPS)
+    f32 = torch.empty(1, 2, n, dtype=torch.float32)
+    slopes = torch.ones(1, 2, dtype=torch.float32) if alibi else None
+    args, constants = _hopper.kernel_args(x, x, x, x, f32, head_dim ** -0.5, causal, overlap, window_size=window_size,
+                                          softcap=softcap, alibi_slopes=slopes)
     compiled, ptx, arch, info, seconds = compile_sm90(_hopper._hopper_fwd, args, constants, _hopper.MAX_REGS)
-    return (f"d{head_dim} causal={causal} overlap={overlap}: {arch} shared={compiled.metadata.shared} "
+    features = _feature_names(constants)
+    return (f"d{head_dim} causal={causal} overlap={overlap}{features}: {arch} shared={compiled.metadata.shared} "
             f"wgmma={ptx.count('wgmma.mma_async')} setmaxnreg={ptx.count('setmaxnreg')} "
-            f"({seconds:.1f} s) | {info}")
+            f"tanh={ptx.count('tanh.approx')} ({seconds:.1f} s) | {info}")
 
 
-def compile_backward(head_dim: int, causal: bool, dtype=torch.float16, n: int = 4096) -> str:
-    """The one-pass backward at its default schedule for sm_90a; a line with its MMA, TMA and ptxas counts."""
+# The forward's features, compiled at head dims 64 and 128 with the overlapped pipeline: a causal
+# sliding window, a two-sided one, softcap, ALiBi, and all of them together.
+FEATURE_CONFIGS = [
+    dict(causal=True, window_size=(1023, 0)),
+    dict(causal=False, window_size=(256, 127)),
+    dict(causal=False, softcap=30.0),
+    dict(causal=True, alibi=True),
+    dict(causal=True, window_size=(511, 0), softcap=50.0, alibi=True),
+]
+
+
+def compile_backward(head_dim: int, causal: bool, dtype=torch.float16, n: int = 4096,
+                     window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0, alibi: bool = False) -> str:
+    """The one-pass backward at its default schedule for sm_90a (the wide kernel at 192 and 256, which has no
+    features); a line with its MMA, TMA and ptxas counts."""
     x = torch.empty(1, 2, n, head_dim, dtype=dtype)
-    f32 = torch.empty(1, dtype=torch.float32)
-    args, constants = _hopper_bwd.kernel_args(x, x, x, x, torch.empty(1, 2, n, head_dim), f32, f32, x, x,
-                                              head_dim ** -0.5, causal)
-    schedule = _hopper_bwd.SCHEDULES[head_dim][0]
-    compiled, ptx, arch, info, seconds = compile_sm90(_hopper_bwd._hopper_bwd, args, constants,
-                                                      _hopper_bwd.max_regs(schedule))
-    return (f"bwd d{head_dim} causal={causal} {schedule}: {arch} shared={compiled.metadata.shared} "
+    f32 = torch.empty(1, 2, n, dtype=torch.float32)
+    features = ""
+    if head_dim in _hopper_bwd.WIDE_HEAD_DIMS:
+        wide = _hopper_bwd_wide.SCHEDULE
+        args, constants = _hopper_bwd_wide.kernel_args(x, x, x, x, torch.empty(1, 2, head_dim, n), f32, f32, x, x,
+                                                       head_dim ** -0.5, causal, **wide)
+        schedule = "wide " + " ".join(f"{k}={v}" for k, v in wide.items())
+        compiled, ptx, arch, info, seconds = compile_sm90(_hopper_bwd_wide._wide_bwd, args, constants,
+                                                          _hopper_bwd_wide.max_regs(wide["self_loading"]))
+    else:
+        slopes = torch.ones(1, 2, dtype=torch.float32) if alibi else None
+        args, constants = _hopper_bwd.kernel_args(x, x, x, x, torch.empty(1, 2, n, head_dim), f32, f32, x, x,
+                                                  head_dim ** -0.5, causal, window_size=window_size, softcap=softcap,
+                                                  alibi_slopes=slopes)
+        schedule = _hopper_bwd.SCHEDULES[head_dim][0]
+        compiled, ptx, arch, info, seconds = compile_sm90(_hopper_bwd._hopper_bwd, args, constants,
+                                                          _hopper_bwd.max_regs(schedule))
+        features = _feature_names(constants)
+    return (f"bwd d{head_dim} causal={causal} {schedule}{features}: {arch} shared={compiled.metadata.shared} "
             f"wgmma={ptx.count('wgmma.mma_async')} setmaxnreg={ptx.count('setmaxnreg')} "
             f"tma_reduce={ptx.count('cp.reduce.async.bulk.tensor')} tma_load={ptx.count('cp.async.bulk.tensor')} "
-            f"({seconds:.1f} s) | {info}")
+            f"tanh={ptx.count('tanh.approx')} ({seconds:.1f} s) | {info}")
 
 
 def main() -> int:
@@ -102,9 +131,14 @@ def main() -> int:
         for causal in (False, True):
             for overlap in (False, True):
                 print(compile_config(head_dim, causal, overlap), flush=True)
+    for head_dim in (64, 128):
+        for features in FEATURE_CONFIGS:
+            print(compile_config(head_dim, overlap=True, **features), flush=True)
     for head_dim in _hopper_bwd.HEAD_DIMS:
         for causal in (False, True):
             print(compile_backward(head_dim, causal), flush=True)
+        for features in FEATURE_CONFIGS if head_dim in _hopper_bwd.FEATURE_HEAD_DIMS else ():
+            print(compile_backward(head_dim, **features), flush=True)
     return 0
 
 

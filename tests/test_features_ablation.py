@@ -150,10 +150,9 @@ def test_each_arm_of_ours_passes_its_feature_to_the_engine(settings, engine):
         q, k, v, _ = providers.inputs(cell, CPU)
         providers.attention(cell, CPU)(q, k, v)
     calls = {cell.variant: call for cell, call in zip(cells, engine.calls)}
-    portable = {"causal": True, "hopper": False, "hopper_backward": False}
-    assert calls["plain"] == ("flash_attention", portable)  # the portable kernels
-    assert all(options["hopper"] is False and options["hopper_backward"] is False
-               for name, options in engine.calls if name == "flash_attention")
+    defaults = {"causal": True}
+    assert calls["plain"] == ("flash_attention", defaults)  # the engine's defaults: no kernel pinned
+    assert not any("hopper" in options or "hopper_backward" in options for _, options in engine.calls)
     assert calls["window16"][1]["window_size"] == (15, 0)
     assert calls["softcap30"][1]["softcap"] == 30.0
     assert calls["dropout0.1"][1]["dropout_p"] == 0.1
@@ -164,7 +163,32 @@ def test_each_arm_of_ours_passes_its_feature_to_the_engine(settings, engine):
     assert name == "flash_attn_varlen_func" and varlen["causal"] is True
     assert varlen["cu_seqlens_q"] == [0, lengths[0], lengths[0] + lengths[1], sum(lengths)]
     assert varlen["shape"] == (sum(lengths), 2, 32) and varlen["max_seqlen_q"] == max(lengths)
-    assert calls["padded"] == ("flash_attention", portable)
+    assert calls["padded"] == ("flash_attention", defaults)
+    assert [features.engine_features(cell) for cell in cells] == [
+        {"plain": (), "window16": ("window_size",), "softcap30": ("softcap",), "alibi": ("alibi_slopes",),
+         "dropout0.1": ("dropout_p",), "varlen": None, "padded": ()}[cell.variant] for cell in cells]
+
+
+def test_tile_columns_name_the_kernel_the_defaults_pick_for_a_feature(settings, monkeypatch):
+    """On sm_90 a features row records the Hopper forward's tiles only where HOPPER_FORWARD_FEATURES names all
+    of its cell's features (and the backward's likewise); the packed arm always runs the portable kernels."""
+    from kernels import _hopper
+    from kernels import attention as engine
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(engine, "_is_sm90", lambda index: True)
+    monkeypatch.setattr(engine, "_interpreter_on", lambda: False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(engine, "HOPPER_FORWARD_FEATURES", frozenset({"softcap"}))
+    monkeypatch.setattr(engine, "HOPPER_BACKWARD_FEATURES", frozenset())
+    varlen = dict(tiny(settings)["varlen"], head_dim=128)
+    cells = {cell.variant: cell for cell in one_pass(tiny(settings, head_dim=128, hidden=256, varlen=varlen))
+             if cell.provider == "ours" and cell.mode == "fwd" and not cell.causal}
+    hopper_tiles = {(_hopper.BLOCK_M, _hopper.TOTAL_WARPS)}
+    ran = {variant: {(providers.tile_columns(cell)["block_m"], providers.tile_columns(cell)["num_warps"])}
+           == hopper_tiles for variant, cell in cells.items()}
+    assert ran["plain"] and ran["softcap30"] and ran["padded"]
+    assert not ran["alibi"] and not ran["dropout0.1"] and not ran["varlen"]
 
 
 def test_gpu_peers_are_unsupported_on_the_cpu(settings):

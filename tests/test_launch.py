@@ -302,3 +302,21 @@ def test_ours_with_direct_launches_equals_the_jit_path_bit_for_bit(misaligned, m
     ref, _ = attention_reference(q, k, v, causal=True)
     torch_error = (attention_reference(q, k, v, causal=True, upcast=False)[0].double() - ref).abs().max()
     assert (second[0].double() - ref).abs().max() <= 2 * torch_error + 1e-5  # flash-attn's rule
+
+
+@triton.jit
+def _copy_kernel(X, Y, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(Y + offs, tl.load(X + offs, mask=offs < n), mask=offs < n)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="direct launches need a GPU")
+def test_a_host_tensor_after_direct_launches_is_refused_not_read_as_a_device_address():
+    x = torch.randn(1000, device="cuda")
+    y = torch.empty_like(x)
+    for _ in range(2):  # the second is launched directly
+        launch_kernel(_copy_kernel, (4,), x, y, 1000, BLOCK=256)
+    assert torch.equal(x, y)
+    # same dtype and alignment, on the host: the direct launch's signature matches, and the launcher refuses it
+    with pytest.raises(ValueError, match="cpu tensor"):
+        launch_kernel(_copy_kernel, (4,), x.cpu(), y, 1000, BLOCK=256)
