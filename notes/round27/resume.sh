@@ -7,7 +7,7 @@
 # and copy $OUT/results.tgz to .devstate/results.tgz after each call until the archive rule has run.
 set -euo pipefail
 MEASURED=5d4a14096df6e35a448e43d2cf6a0e4690620bc7
-REVERT=__REVERT__   # "Revert v25, v26 and v27 ... (round 27)": main at the end of round 27
+REVERT=efe8a8b   # "Revert v25, v26 and v27 ... (round 27)": main at the end of round 27
 [ -z "$(git status --porcelain --untracked-files=no)" ] || { echo "the tree has changes: commit or stash them"; exit 1; }
 git revert --no-edit "$REVERT"
 git commit -q --amend -m "Reapply 5d4a140's kernels (v25, v26, v27; reverts $REVERT) for the rest of their H200 grid"
