@@ -22,6 +22,6 @@ grep -qx '/.devstate/' .git/info/exclude 2>/dev/null || echo '/.devstate/' >> .g
 bash notes/round24/fingerprint.sh "$MEASURED" > .devstate/fingerprint   # device_call.sh checks the sent tree against it
 [ "$(bash notes/round24/fingerprint.sh)" = "$(cat .devstate/fingerprint)" ] || { echo "the working tree is not 5d4a140's"; exit 1; }
 # the rows of steps 1 and 2 already name 5d4a140 (the commit was written out in the run command): no relabelling
-cp notes/round26/h200/results_s2_5d4a140.tgz .devstate/results.tgz
+cp "${RESULTS:-notes/round26/h200/results_s2_5d4a140.tgz}" .devstate/results.tgz  # a later round may give a later step's
 [ -d .whl ] || bash ../shared/device/wheels.sh
 git log --oneline -1
