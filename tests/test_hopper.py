@@ -412,7 +412,6 @@ WIDE_SCHEDULES = [dict(self_loading=True, do_stages=1, dq_bufs=2), dict(self_loa
                   dict(self_loading=False, do_stages=1, dq_bufs=2), dict(self_loading=False, do_stages=2, dq_bufs=1)]
 
 
-@pytest.mark.usefixtures("exclusive_gpu_memory")
 @sm90
 @pytest.mark.parametrize("schedule", WIDE_SCHEDULES, ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()))
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
@@ -431,6 +430,7 @@ def test_wide_backward_schedules(schedule, causal, head_dim, poisoned_allocation
     assert_gradients_match(grads, q, k, v, d_out, causal)
 
 
+@pytest.mark.usefixtures("exclusive_gpu_memory")
 @sm90
 @pytest.mark.parametrize("head_dim", [64, 256])
 def test_hopper_backward_tensors_over_2_31_elements(head_dim):
