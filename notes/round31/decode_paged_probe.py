@@ -1,0 +1,71 @@
+"""Paged decoding with the page ids prefetched a tile ahead (v36) against the kernel before it, in one process:
+the decode ablation's GQA shapes (32 query heads over 4 KV heads, head dim 128, fp16, one new token, every
+sequence full), dense and paged caches (pages of 16 and 256, shuffled), each cell timed with experiments.measure's
+method (do_bench's median and spread, host time, GPU time behind a sleep) for both kernels, in alternating order,
+twice.
+
+    PYTHONPATH=. python3 notes/round31/decode_paged_probe.py BEFORE.py OUT.csv
+
+BEFORE.py: the kernels/_decode.py before v36 (`git show <commit>:kernels/_decode.py`), loaded as its own module.
+"""
+import csv
+import importlib.util
+import itertools
+import sys
+from types import SimpleNamespace
+
+import torch
+
+import kernels._decode as after
+from experiments.decode import _inputs, layout_variant
+from experiments.measure import _bench
+
+TIMING = dict(warmup_ms=25, rep_ms=100)
+FIELDS = ["batch", "seqlen_k", "layout", "kernel", "rep", "num_splits", "ms", "ms_p20", "ms_p80", "gpu_ms", "host_ms",
+          "max_abs_diff"]
+
+
+def load(path):
+    spec = importlib.util.spec_from_file_location("decode_before", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main(before_path, path):
+    kernels = {"v36": after, "before": load(before_path)}
+    device = torch.device("cuda")
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, FIELDS)
+        writer.writeheader()
+        for batch, n, page in itertools.product((1, 8, 64), (1024, 8192, 32768, 131072), (None, 16, 256)):
+            if 2 * batch * 4 * n * 128 * 2 > 20e9:
+                continue
+            cell = SimpleNamespace(batch=batch, heads=32, kv_heads=4, seqlen_k=n, head_dim=128, dtype="fp16",
+                                   variant=layout_variant(page))
+            q, k, v, table = _inputs(cell, device)
+            seqlens = torch.full((batch,), n, dtype=torch.int32, device=device)
+
+            def caller(module):
+                return lambda: module.decode_forward(q, k, v, seqlens, None, None, table, None, 128 ** -0.5, True,
+                                                     (-1, -1), 0.0, 0, n)
+
+            outputs = {name: caller(module)() for name, module in kernels.items()}
+            diff = (outputs["v36"][0].float() - outputs["before"][0].float()).abs().max().item()
+            splits = outputs["v36"][2]
+            del outputs
+            for rep in range(2):
+                for name in (("v36", "before") if rep == 0 else ("before", "v36")):
+                    call = caller(kernels[name])
+                    r = _bench(lambda: call()[0], TIMING)
+                    writer.writerow(dict(batch=batch, seqlen_k=n, layout=cell.variant, kernel=name, rep=rep,
+                                         num_splits=splits, ms=r["ms"], ms_p20=r["ms_p20"], ms_p80=r["ms_p80"],
+                                         gpu_ms=r["gpu_ms"], host_ms=r["host_ms"], max_abs_diff=diff))
+                    f.flush()
+            print(f"B{batch} N{n} {cell.variant}: splits {splits}, diff {diff:.2e}", flush=True)
+            del q, k, v, table
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
