@@ -15,6 +15,9 @@ This module does not judge claims (analysis/claims.py) or draw (analysis/figures
 """
 from __future__ import annotations
 
+import copy
+import functools
+import os
 from pathlib import Path
 
 import numpy as np
@@ -34,10 +37,22 @@ PAIR_KEYS = SHAPE_COLUMNS + ["mode"]
 CARRIED = ["gpu", "driver", "cuda", "torch", "triton", "commit", "host_kind", "source", "note"]
 
 
+def read_yaml(path: str | Path):
+    """A YAML file's contents, parsed once per version of the file (claims.yaml is read by every aggregation, and
+    parsing it in pure Python took 60 ms): a fresh copy each call, so a caller may change what it gets."""
+    stat = os.stat(path)
+    return copy.deepcopy(_parsed_yaml(str(Path(path).resolve()), stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed_yaml(path: str, mtime_ns: int, size: int):
+    with open(path) as handle:
+        return yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 def read_settings(path: str | Path = CLAIMS_FILE) -> dict:
     """The aggregation settings in claims.yaml (noisy_spread: the relative spread above which a cell is noisy)."""
-    with open(path) as handle:
-        return yaml.safe_load(handle)["aggregation"]
+    return read_yaml(path)["aggregation"]
 
 
 def cell_keys(frame: pd.DataFrame) -> list[str]:

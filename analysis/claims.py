@@ -24,11 +24,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from analysis.catalog import FIGURES
 from analysis.cells import (PAIR_KEYS, aggregate, describe_exclusions, eligible, exclusion_counts, matmul_ceiling,
-                            paired, read_settings, select)
+                            paired, read_settings, read_yaml, select)
 from analysis.load import CELL_KEYS, attention_rows, measured, read_results
 from analysis.peaks import datasheet_entry, read_hardware
 
@@ -40,8 +39,7 @@ ERROR_QUANTITIES = {"err_o": "O", "err_lse": "LSE", "err_dq": "dQ", "err_dk": "d
 
 
 def read_claims(path: str | Path = CLAIMS_FILE) -> list[dict]:
-    with open(path) as handle:
-        return yaml.safe_load(handle)["claims"]
+    return read_yaml(path)["claims"]
 
 
 # ---------------------------------------------------------------- rule expressions

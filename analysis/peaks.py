@@ -7,16 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
+from analysis.cells import read_yaml
 from analysis.load import measured
 
 HARDWARE_FILE = Path(__file__).with_name("hardware.yaml")
 
 
 def read_hardware(path: str | Path = HARDWARE_FILE) -> dict:
-    with open(path) as handle:
-        return yaml.safe_load(handle)
+    return read_yaml(path)
 
 
 def datasheet_entry(gpu: str, hardware: dict) -> dict | None:
