@@ -6,6 +6,7 @@ twice.
 
     PYTHONPATH=. python3 notes/round31/decode_paged_probe.py BEFORE.py OUT.csv
 
+Arms: v36, the kernel before it, and v36 with its paged loads in two pipeline stages (`PAGED_STAGES = 2`).
 BEFORE.py: the kernels/_decode.py before v36 (`git show <commit>:kernels/_decode.py`), loaded as its own module.
 """
 import csv
@@ -34,6 +35,7 @@ def load(path):
 
 def main(before_path, path):
     kernels = {"v36": after, "before": load(before_path)}
+    arms = ("v36", "before", "v36_2stages")  # v36_2stages: v36 with the paged loads in two stages (PAGED_STAGES)
     device = torch.device("cuda")
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, FIELDS)
@@ -46,17 +48,22 @@ def main(before_path, path):
             q, k, v, table = _inputs(cell, device)
             seqlens = torch.full((batch,), n, dtype=torch.int32, device=device)
 
-            def caller(module):
-                return lambda: module.decode_forward(q, k, v, seqlens, None, None, table, None, 128 ** -0.5, True,
-                                                     (-1, -1), 0.0, 0, n)
+            def caller(arm):
+                module = kernels[arm.split("_")[0]]
 
-            outputs = {name: caller(module)() for name, module in kernels.items()}
-            diff = (outputs["v36"][0].float() - outputs["before"][0].float()).abs().max().item()
+                def call():
+                    module.PAGED_STAGES = 2 if arm.endswith("2stages") else None
+                    return module.decode_forward(q, k, v, seqlens, None, None, table, None, 128 ** -0.5, True,
+                                                 (-1, -1), 0.0, 0, n)
+                return call
+
+            outputs = {arm: caller(arm)() for arm in arms}
+            diff = max((outputs[arm][0].float() - outputs["before"][0].float()).abs().max().item() for arm in arms)
             splits = outputs["v36"][2]
             del outputs
             for rep in range(2):
-                for name in (("v36", "before") if rep == 0 else ("before", "v36")):
-                    call = caller(kernels[name])
+                for name in (arms if rep == 0 else arms[::-1]):
+                    call = caller(name)
                     r = _bench(lambda: call()[0], TIMING)
                     writer.writerow(dict(batch=batch, seqlen_k=n, layout=cell.variant, kernel=name, rep=rep,
                                          num_splits=splits, ms=r["ms"], ms_p20=r["ms_p20"], ms_p80=r["ms_p80"],
