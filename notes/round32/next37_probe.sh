@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# On a GPU, in .devstate/next37 (`git archive` of the next tree, branch next37: kernels, tests, experiments, analysis,
+# pyproject.toml): the pipeline's own speed runner at seqlen 512 only (ours and SDPA flash, head dims 64 and 128,
+# both masks, every mode, two passes), which now times ours' host time call by call against SDPA flash's
+# (host_ratio), then the GPU tests of experiments/ (the paired timing among them). Parts with 0 seconds are skipped.
+#   SPEED_SECONDS=150 TEST_SECONDS=120 bash notes/round32/next37_probe.sh
+set -uo pipefail
+root=$PWD
+[ -d .site/snakemake ] || python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl
+cd .devstate/next37 || exit 2
+export PYTHONPATH=$root/.site:$PWD PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu,memory.total --format=csv > "$OUT/gpu.txt"
+if [ "${SPEED_SECONDS:-150}" -gt 0 ]; then
+  settings=$(python3 - <<'PY'
+import json
+from experiments.settings import ablation_settings, load_default
+s = ablation_settings(load_default(), ["speed"])["speed"]
+s.update(seqlens=[512], head_dims=[64, 128], providers=["ours", "sdpa_flash"], flex_seqlens=[])
+print(json.dumps(s))
+PY
+)
+  timeout "${SPEED_SECONDS:-150}" python3 -m experiments.run speed --settings "$settings" \
+    --output "$OUT/speed512_next37.csv" > "$OUT/speed512_next37.log" 2>&1
+  echo "speed512 rc $?"; tail -3 "$OUT/speed512_next37.log"
+fi
+if [ "${TEST_SECONDS:-120}" -gt 0 ]; then
+  timeout "${TEST_SECONDS:-120}" python3 -m pytest -n "${WORKERS:-8}" -q -rfE -p no:cacheprovider --durations=10 \
+    tests/test_experiments.py > "$OUT/gpu_tests_experiments_next37.log" 2>&1
+  echo "tests rc $?"; tail -8 "$OUT/gpu_tests_experiments_next37.log"
+fi
