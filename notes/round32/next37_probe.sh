@@ -9,7 +9,7 @@ root=$PWD
 [ -d .site/snakemake ] || python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl
 cd .devstate/next37 || exit 2
 export PYTHONPATH=$root/.site:$PWD PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu,memory.total --format=csv > "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu,memory.total --format=csv > "$OUT/next37_device.txt"
 if [ "${SPEED_SECONDS:-150}" -gt 0 ]; then
   settings=$(python3 - <<'PY'
 import json
