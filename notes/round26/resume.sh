@@ -7,8 +7,10 @@
 # and copy $OUT/results.tgz to .devstate/results.tgz after each call until the archive rule has run.
 set -euo pipefail
 MEASURED=5d4a14096df6e35a448e43d2cf6a0e4690620bc7
-# the commit that took them off main: 9b8f9f6 (round 26); later rounds pass their own (notes/round27/resume.sh)
-REVERT=${REVERT:-9b8f9f6}
+# the commit that took them off main last: 9b8f9f6 (round 26), then each later round's "Revert 5d4a140's kernels
+# again (round N)", found by its subject (the rounds' own resume.sh name theirs; an older one's is already undone)
+last=$(git log -1 --format=%h --grep="^Revert 5d4a140's kernels again")
+REVERT=${REVERT:-${last:-9b8f9f6}}
 [ -z "$(git status --porcelain --untracked-files=no)" ] || { echo "the tree has changes: commit or stash them"; exit 1; }
 git revert --no-edit "$REVERT"
 git commit -q --amend -m "Reapply 5d4a140's kernels (v25, v26, v27; reverts $REVERT) for the rest of their H200 grid"
