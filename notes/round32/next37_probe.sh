@@ -14,7 +14,7 @@ cd .devstate/next37 || exit 2
 export PYTHONPATH=$root/.site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu,memory.total --format=csv > "$OUT/next37_device.txt"
 if [ "${TEST_SECONDS:-150}" -gt 0 ]; then
-  timeout "${TEST_SECONDS:-150}" python3 -m pytest -n "${WORKERS:-8}" -q -rfE -p no:cacheprovider --durations=10 \
+  timeout "${TEST_SECONDS:-150}" python3 -m pytest -n "${WORKERS:-8}" -v -rfE -p no:cacheprovider --durations=10 \
     tests/test_decode.py tests/test_experiments.py > "$OUT/gpu_tests_next37.log" 2>&1
   echo "tests rc $?"; tail -8 "$OUT/gpu_tests_next37.log"
 fi
