@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a GPU, in .devstate/next37 (`git archive` of the next tree, branch next37: kernels, tests, experiments, analysis,
 # pyproject.toml), each part within its seconds (0: skipped):
-#   TEST_SECONDS   the GPU tests of tests/test_decode.py and tests/test_experiments.py (v38's stages, the paired timing)
+#   TEST_SECONDS   the GPU tests in TESTS (default tests/test_decode.py and tests/test_experiments.py: v38's stages,
+#                  the paired timing), verbose, so a run cut at its limit still names each test and its outcome
 #   DECODE_SECONDS notes/round32/decode_stages_probe.py: v38 against the paged kernel before v36
 #                  (.devstate/_decode_before.py), the decode ablation's GQA shapes
 #   SPEED_SECONDS  the pipeline's own speed runner at seqlen 512 only (ours and SDPA flash, head dims 64 and 128,
@@ -15,7 +16,7 @@ export PYTHONPATH=$root/.site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu,memory.total --format=csv > "$OUT/next37_device.txt"
 if [ "${TEST_SECONDS:-150}" -gt 0 ]; then
   timeout "${TEST_SECONDS:-150}" python3 -m pytest -n "${WORKERS:-8}" -v -rfE -p no:cacheprovider --durations=10 \
-    tests/test_decode.py tests/test_experiments.py > "$OUT/gpu_tests_next37.log" 2>&1
+    ${TESTS:-tests/test_decode.py tests/test_experiments.py} > "$OUT/gpu_tests_next37.log" 2>&1
   echo "tests rc $?"; tail -8 "$OUT/gpu_tests_next37.log"
 fi
 if [ "${DECODE_SECONDS:-150}" -gt 0 ]; then
