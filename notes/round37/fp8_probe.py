@@ -1,6 +1,8 @@
-"""The Hopper fp8 forward (branch next38 (v39, v40)'s kernels._hopper.hopper_fp8_forward) against the portable fp8 forward and
+"""The Hopper fp8 forward (branch next38, v39-v41: kernels._hopper.hopper_fp8_forward) against the portable fp8 forward and
 our fp16 forward, in one process: TFLOP/s by the paper's count, at the fp8 ablation's shapes (16k tokens, hidden
-2048: batch = 16384 // seqlen, heads = 2048 // head_dim), full and causal. Each arm is timed by CUDA events over
+2048: batch = 16384 // seqlen, heads = 2048 // head_dim), full and causal; and V's transposed copy alone, as the
+portable (v_copy_portable) and the Hopper (v_copy_hopper, keys reordered) fp8 forwards make it (tflops: the forward's
+count over the copy's time, only to keep the column filled; read its ms). Each arm is timed by CUDA events over
 `REPS` calls after a warm-up, in ROUNDS rounds that alternate the arms; a row per (shape, arm, round).
 
     python3 fp8_probe.py OUT.csv [head dims...]
@@ -48,6 +50,10 @@ def arms(q16, k16, v16, q8, k8, v8, ds, causal, head_dim):
                                                 hopper=False),
         "fp8_hopper": lambda: flash_attention(q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd),
     }
+    from kernels._forward import transposed_keys
+
+    out["v_copy_portable"] = lambda: transposed_keys(v8)  # V's transposed copy alone, as each fp8 forward makes it
+    out["v_copy_hopper"] = lambda: transposed_keys(v8, fp8_key_order=True)
     variants = {64: [dict(consumers=3, block_n=64, stages=4), dict(stages=3)],
                 128: [dict(stages=2), dict(stages=4)],
                 256: [dict(stages=3)]}.get(head_dim, [])
@@ -79,6 +85,9 @@ def main():
                     ref = fns["fp16_default"]().float()
                     errs = {}
                     for name, fn in fns.items():
+                        if name.startswith("v_copy"):
+                            errs[name] = float("nan")
+                            continue
                         o = fn()
                         o = o[0] if isinstance(o, tuple) else o
                         errs[name] = ((o.float() - ref).norm() / ref.norm()).item()
