@@ -1,8 +1,9 @@
 """The Hopper fp8 forward (branch next38, v39-v41: kernels._hopper.hopper_fp8_forward) against the portable fp8 forward and
 our fp16 forward, in one process: TFLOP/s by the paper's count, at the fp8 ablation's shapes (16k tokens, hidden
 2048: batch = 16384 // seqlen, heads = 2048 // head_dim), full and causal; and V's transposed copy alone, as the
-portable (v_copy_portable) and the Hopper (v_copy_hopper, keys reordered) fp8 forwards make it (tflops: the forward's
-count over the copy's time, only to keep the column filled; read its ms). Each arm is timed by CUDA events over
+portable (v_copy_portable) and the Hopper (v_copy_hopper, keys reordered) fp8 forwards make it, and the latter with
+other tiles of the copy kernel (v_copy_hopper_BNxBDxWARPS; tflops: the forward's count over the copy's time, only
+to keep the column filled; read its ms). Each arm is timed by CUDA events over
 `REPS` calls after a warm-up, in ROUNDS rounds that alternate the arms; a row per (shape, arm, round).
 
     python3 fp8_probe.py OUT.csv [head dims...]
@@ -19,6 +20,7 @@ from kernels._hopper import hopper_fp8_forward
 
 E4M3 = torch.float8_e4m3fn
 REPS, ROUNDS = 30, 3
+COPY_TILES = [(128, 64, 4), (128, 128, 8), (256, 64, 8), (128, 128, 4)]
 
 
 def quantise(x):
@@ -52,8 +54,19 @@ def arms(q16, k16, v16, q8, k8, v8, ds, causal, head_dim):
     }
     from kernels._forward import transposed_keys
 
+    import kernels._forward as forward
+
     out["v_copy_portable"] = lambda: transposed_keys(v8)  # V's transposed copy alone, as each fp8 forward makes it
     out["v_copy_hopper"] = lambda: transposed_keys(v8, fp8_key_order=True)
+    default_tile = forward.TRANSPOSE_TILE
+    for tile in COPY_TILES:  # the copy with other tiles (BLOCK_N, BLOCK_D, num_warps)
+        def copy(tile=tile):
+            forward.TRANSPOSE_TILE = tile
+            try:
+                return transposed_keys(v8, fp8_key_order=True)
+            finally:
+                forward.TRANSPOSE_TILE = default_tile
+        out["v_copy_hopper_" + "x".join(map(str, tile))] = copy
     variants = {64: [dict(consumers=3, block_n=64, stages=4), dict(stages=3)],
                 128: [dict(stages=2), dict(stages=4)],
                 256: [dict(stages=3)]}.get(head_dim, [])
