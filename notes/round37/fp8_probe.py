@@ -1,10 +1,11 @@
-"""The Hopper fp8 forward (branch next38, v39-v41: kernels._hopper.hopper_fp8_forward) against the portable fp8 forward and
-our fp16 forward, in one process: TFLOP/s by the paper's count, at the fp8 ablation's shapes (16k tokens, hidden
-2048: batch = 16384 // seqlen, heads = 2048 // head_dim), full and causal; and V's transposed copy alone, as the
-portable (v_copy_portable) and the Hopper (v_copy_hopper, keys reordered) fp8 forwards make it, and the latter with
-other tiles of the copy kernel (v_copy_hopper_BNxBDxWARPS; tflops: the forward's count over the copy's time, only
-to keep the column filled; read its ms). Each arm is timed by CUDA events over
-`REPS` calls after a warm-up, in ROUNDS rounds that alternate the arms; a row per (shape, arm, round).
+"""The Hopper fp8 forward (branch next38, v39-v41: kernels._hopper.hopper_fp8_forward) against the portable fp8
+forward and our fp16 forward, and both Hopper forwards with v42's pingpong (fp16 with two consumers), in one
+process: TFLOP/s by the paper's count, at the fp8 ablation's shapes (16k tokens, hidden 2048: batch = 16384 //
+seqlen, heads = 2048 // head_dim), full and causal; and V's transposed copy alone, as the portable
+(v_copy_portable) and the Hopper (v_copy_hopper, keys reordered) fp8 forwards make it, and the latter with other
+tiles of the copy kernel (v_copy_hopper_BNxBDxWARPS; tflops: the forward's count over the copy's time, only to keep
+the column filled; read its ms). Each arm is timed by CUDA events over `REPS` calls after a warm-up, in ROUNDS
+rounds that alternate the arms; a row per (shape, arm, round).
 
     python3 fp8_probe.py OUT.csv [head dims...]
 """
@@ -53,6 +54,12 @@ def arms(q16, k16, v16, q8, k8, v8, ds, causal, head_dim):
         "fp8_hopper": lambda: flash_attention(q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd),
     }
     from kernels._forward import transposed_keys
+    from kernels._hopper import hopper_forward
+
+    # the consumers taking turns to issue their MMAs (v42's pingpong), fp16 with two consumers and fp8
+    out["fp16_hopper_2c"] = lambda: hopper_forward(q16, k16, v16, scale, causal, consumers=2)
+    out["fp16_hopper_2c_pingpong"] = lambda: hopper_forward(q16, k16, v16, scale, causal, consumers=2, pingpong=True)
+    out["fp8_hopper_pingpong"] = lambda: hopper_fp8_forward(q8, k8, v8, qd, kd, vd, scale, causal, pingpong=True)
 
     import kernels._forward as forward
 
@@ -111,8 +118,8 @@ def main():
                             w.writerow([gpu, head_dim, int(causal), seqlen, batch, heads, name, r, f"{ms:.5f}",
                                         f"{p20:.5f}", f"{p80:.5f}", f"{flops / ms / 1e9:.1f}", f"{errs[name]:.4f}"])
                     f.flush()
-                    print(time.strftime("%H:%M:%S"), head_dim, seqlen, causal, {n: round(e, 4) for n, e in errs.items()},
-                          flush=True)
+                    print(time.strftime("%H:%M:%S"), head_dim, seqlen, causal,
+                          {n: round(e, 4) for n, e in errs.items()}, flush=True)
                     del q16, k16, v16, q8, k8, v8
                     torch.cuda.empty_cache()
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On an H100 or H200, with carry .whl and .devstate (.devstate/next38: `git archive` of branch next38 without notes/
 # and paper/published/): the next tree's fp8 GPU tests (tests/test_fp8.py, with the Hopper fp8 forward on sm_90)
-# and the sm_90a compile check (tests/test_hopper.py's), then notes/round37/fp8_probe.py in what is left.
+# and the sm_90a compile check and the pingpong test (tests/test_hopper.py's), then notes/round37/fp8_probe.py in
+# what is left.
 #   TEST_SECONDS=150 PROBE_SECONDS=300 bash notes/round37/fp8_probe.sh
 set -uo pipefail
 root=$PWD
@@ -10,7 +11,8 @@ cd .devstate/next38 || exit 2
 export PYTHONPATH=$root/.site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu,memory.total --format=csv > "$OUT/device.txt"
 timeout "${TEST_SECONDS:-150}" python3 -m pytest -n "${WORKERS:-8}" -v -rfE -p no:cacheprovider --durations=10 \
-  tests/test_fp8.py tests/test_hopper.py::test_compiles_for_sm90a_without_spills > "$OUT/gpu_tests_fp8.log" 2>&1
+  tests/test_fp8.py tests/test_hopper.py::test_compiles_for_sm90a_without_spills \
+  tests/test_hopper.py::test_pingpong_is_bitwise_the_default > "$OUT/gpu_tests_fp8.log" 2>&1
 echo "tests rc $?"; grep -E "FAILED|ERROR|passed|failed" "$OUT/gpu_tests_fp8.log" | tail -15
 timeout "${PROBE_SECONDS:-300}" python3 "$root/notes/round37/fp8_probe.py" "$OUT/fp8_probe.csv" ${HEAD_DIMS:-} \
   > "$OUT/fp8_probe.log" 2>&1
