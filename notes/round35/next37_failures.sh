@@ -4,10 +4,11 @@
 # again alone (one process, -rfE: the summary carries each error) in what is left of CALL_SECONDS.
 #   TEST_SECONDS=400 CALL_SECONDS=570 bash notes/round35/next37_failures.sh
 # FIRST (the files to run first) overrides that list: notes/round36/next37_rest.sh names the files round 36's run
-# did not reach.
+# did not reach; with FIRST_ONLY=1 nothing else runs.
 set -uo pipefail
 first=${FIRST:-"tests/test_hopper.py tests/test_decode.py tests/test_experiments.py tests/test_launch.py tests/test_sm90_compile.py tests/test_analysis.py"}
 rest=$(cd .devstate/next37 && ls tests/test_*.py | grep -vxF -f <(tr ' ' '\n' <<<"$first") | tr '\n' ' ')
+[ "${FIRST_ONLY:-0}" = 1 ] && rest=""  # only the tests FIRST names (notes/round37/next37_last.sh)
 TESTS="$first $rest" TEST_SECONDS=${TEST_SECONDS:-400} DECODE_SECONDS=0 SPEED_SECONDS=0 \
   bash notes/round32/next37_probe.sh
 mv "$OUT/gpu_tests_next37.log" "$OUT/gpu_tests_next37_all.log"

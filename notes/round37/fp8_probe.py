@@ -10,7 +10,6 @@ rounds that alternate the arms; a row per (shape, arm, round).
     python3 fp8_probe.py OUT.csv [head dims...]
 """
 import csv
-import math
 import sys
 import time
 
