@@ -1,5 +1,6 @@
-"""The fp8 Hopper forward (next tree, notes/round38's 0014: kernels._hopper.hopper_fp8_forward, P's keys reordered)
-against the portable fp8 forward and our fp16 forward, in one process: TFLOP/s by the paper's count, at the fp8
+"""The fp8 Hopper forward (next tree, notes/round38's 0014-0015: kernels._hopper.hopper_fp8_forward, P's keys
+reordered) against the portable fp8 forward and our fp16 forward, and both Hopper forwards with the consumers taking
+turns (0016's pingpong; fp16 with two consumers), in one process: TFLOP/s by the paper's count, at the fp8
 ablation's shapes (16k tokens, hidden 2048: batch = 16384 // seqlen, heads = 2048 // head_dim), full and causal;
 other ring depths of the fp8 Hopper forward; and V's transposed copy alone, in the natural order (the portable fp8
 forward's) and in the Hopper forward's key order (ms only: its tflops column is the forward's count over the copy's
@@ -16,7 +17,7 @@ import torch
 
 from kernels import flash_attention
 from kernels._forward import fp8_forward, transposed_keys
-from kernels._hopper import hopper_fp8_forward
+from kernels._hopper import hopper_forward, hopper_fp8_forward
 from kernels.options import AttentionOptions
 from kernels.tiles import default_tiles
 
@@ -63,6 +64,11 @@ def arms(q16, k16, v16, q8, k8, v8, ds, causal, head_dim):
         "v_copy_natural": lambda: transposed_keys(v8),
         "v_copy_key_order": lambda: transposed_keys(v8, key_order=True),
     }
+    if head_dim in (64, 128):  # the consumers taking turns (v42), fp16 with two consumers and fp8
+        out["fp16_hopper_2c"] = lambda: hopper_forward(q16, k16, v16, scale, causal, consumers=2)
+        out["fp16_hopper_2c_pingpong"] = lambda: hopper_forward(q16, k16, v16, scale, causal, consumers=2,
+                                                                pingpong=True)
+        out["fp8_hopper_pingpong"] = lambda: hopper_fp8_forward(q8, k8, v8, qd, kd, vd, scale, causal, pingpong=True)
     for stages in STAGES.get(head_dim, ()):
         out[f"fp8_hopper_stages{stages}"] = (
             lambda stages=stages: hopper_fp8_forward(q8, k8, v8, qd, kd, vd, scale, causal, stages=stages))
