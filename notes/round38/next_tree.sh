@@ -11,5 +11,5 @@ notes=$PWD/notes
 cd "$dir"
 git am -q "$notes"/round27/000[12]-*.patch "$notes"/round28/000[345]-*.patch "$notes"/round30/000[78]-*.patch \
   "$notes"/round32/0010-*.patch "$notes"/round31/0009-*.patch "$notes"/round32/0011-*.patch \
-  "$notes"/round32/0012-*.patch "$notes"/round38/001[3-7]-*.patch
+  "$notes"/round32/0012-*.patch "$notes"/round38/001[3-8]-*.patch
 git log --oneline -1
