@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On an H100 or H200, with carry .whl and .devstate (.devstate/next: `git archive` of the next tree without notes/
-# and paper/published/, notes/round38/README.md): the next tree's fp8 GPU tests, the sm_90a compile check and the pingpong tests, then
-# notes/round38/fp8_probe.py in what is left.
-#   TEST_SECONDS=150 PROBE_SECONDS=300 [TEST_K="pytest -k expression"] [HEAD_DIMS="128 64"] bash notes/round38/fp8_probe.sh
+# and paper/published/, notes/round38/README.md): the next tree's fp8 GPU tests, the sm_90a compile check and the
+# pingpong tests, then notes/round38/fp8_probe.py in what is left.
+#   TEST_SECONDS=150 PROBE_SECONDS=300 [TEST_K="pytest -k expression"] [HEAD_DIMS="128 64"] \
+#     bash notes/round38/fp8_probe.sh
 set -uo pipefail
 root=$PWD
 [ -d .site/snakemake ] || python3 -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl
