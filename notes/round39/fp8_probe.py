@@ -1,8 +1,9 @@
-"""v45 (notes/round39's 0021: the lazy rescale, fp16 and fp8) against v44 (0019: P's e4m3 operand carried packed)
-and v43 (the fp8 forward before both), imported from kernels/_hopper_v44.py and kernels/_hopper_v43.py (copies of
-0020's and 3f48b13's kernels/_hopper.py that fp8_probe.sh places in the probe's tree), the portable fp8 forward and
-our fp16 forward through flash_attention, in one process: TFLOP/s by the paper's count, at the fp8 ablation's shapes
-(16k tokens, hidden 2048: batch = 16384 // seqlen, heads = 2048 // head_dim), full and causal. The kernels are called
+"""v45 (notes/round39's 0021: the lazy rescale, fp16 and fp8; also with v42's pingpong) against v44 (0019: P's
+e4m3 operand carried packed) and v43 (the fp8 forward before both), imported from kernels/_hopper_v44.py and
+kernels/_hopper_v43.py (copies of 0020's and 3f48b13's kernels/_hopper.py that fp8_probe.sh places in the probe's
+tree), the portable fp8 forward and our fp16 forward through flash_attention, in one process: TFLOP/s by the
+paper's count, at the fp8 ablation's shapes (16k tokens, hidden 2048: batch = 16384 // seqlen, heads = 2048 //
+head_dim), full and causal. The kernels are called
 directly and timed back to back (CUDA events around REPS calls, so the host's launch time hides behind the GPU's, as
 in the benchmark), in ROUNDS rounds that alternate the arms' order; a row per (shape, arm, round). equal_v43: whether
 the arm's output equals v43's bit for bit; err_vs_fp16: relative RMS against our fp16 forward's output. The
@@ -62,6 +63,9 @@ def arms(q16, k16, v16, q8, k8, v8, ds, causal, head_dim):
         "fp8_v45": lambda: hopper_fp8_forward(q8, k8, v8, qd, kd, vd, scale, causal),
         "fp8_v44": lambda: hopper_fp8_forward_v44(q8, k8, v8, qd, kd, vd, scale, causal),
         "fp8_v43": lambda: hopper_fp8_forward_v43(q8, k8, v8, qd, kd, vd, scale, causal),
+        # the consumers taking turns (v42's pingpong), slower before v44 cut the softmax's instructions
+        "fp16_v45_pingpong": lambda: hopper_forward(q16, k16, v16, scale, causal, consumers=2, pingpong=True),
+        "fp8_v45_pingpong": lambda: hopper_fp8_forward(q8, k8, v8, qd, kd, vd, scale, causal, pingpong=True),
         "fp8_portable": lambda: fp8_forward(q8, k8, v8, qd, kd, vd, portable),
         "v_copy_key_order": lambda: transposed_keys(v8, key_order=True),
         **{f"v_copy_{n}x{d}w{w}": (lambda t=(n, d, w): transposed_keys(v8, key_order=True, tile=t))

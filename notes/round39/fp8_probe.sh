@@ -12,7 +12,8 @@ export PYTHONPATH=$root/.site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,temperature.gpu,memory.total --format=csv > "$OUT/device.txt"
 if [ "${TEST_SECONDS:-100}" -gt 0 ]; then
   timeout "${TEST_SECONDS:-100}" python3 -m pytest -n "${WORKERS:-8}" -v -rfE -p no:cacheprovider --durations=10 \
-    tests/test_fp8.py tests/test_hopper.py -k "${TEST_K:-(hopper and (fp8 or sm90a or pingpong)) or rising or test_forward_matches_reference}" \
+    tests/test_fp8.py tests/test_hopper.py \
+    -k "${TEST_K:-(hopper and (fp8 or sm90a or pingpong)) or rising or test_forward_matches_reference}" \
     > "$OUT/gpu_tests_fp8.log" 2>&1
   echo "tests rc $?"; grep -E "FAILED|ERROR|passed|failed" "$OUT/gpu_tests_fp8.log" | tail -15
 fi
