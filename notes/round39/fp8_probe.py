@@ -26,28 +26,10 @@ from kernels._hopper_v44 import hopper_forward as hopper_forward_v44
 from kernels._hopper_v44 import hopper_fp8_forward as hopper_fp8_forward_v44
 from kernels.options import AttentionOptions
 from kernels.tiles import default_tiles
+from probe_timing import quantise, timed  # beside this script
 
-E4M3 = torch.float8_e4m3fn
 REPS, ROUNDS = 20, 3
 COPY_TILES = [(128, 64, 4), (128, 128, 8), (256, 64, 8)]  # V^T's copy besides its default (64, 64, 4)
-
-
-def quantise(x):
-    descale = (x.abs().amax(dim=(2, 3)).float().clamp_min(1e-12) / 448.0).contiguous()
-    return (x.float() / descale[:, :, None, None]).clamp(-448, 448).to(E4M3), descale
-
-
-def timed(fn):
-    """Milliseconds per call over REPS calls queued back to back."""
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(REPS):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / REPS
 
 
 def arms(q16, k16, v16, q8, k8, v8, ds, causal, head_dim):
@@ -107,7 +89,7 @@ def main():
                     flops = 4 * batch * heads * seqlen * seqlen * head_dim / (2 if causal else 1)
                     for r in range(ROUNDS):
                         for name, fn in (fns.items() if r % 2 == 0 else reversed(list(fns.items()))):
-                            ms = timed(fn)
+                            ms = timed(fn, REPS)
                             w.writerow([gpu, head_dim, int(causal), seqlen, batch, heads, name, r, f"{ms:.5f}",
                                         f"{flops / ms / 1e9:.1f}", f"{errs[name]:.4f}", equal[name]])
                     f.flush()

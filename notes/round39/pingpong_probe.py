@@ -17,28 +17,10 @@ import torch
 from kernels import flash_attention
 from kernels._hopper import hopper_forward, hopper_fp8_forward
 from kernels._hopper_v43 import hopper_fp8_forward as hopper_fp8_forward_v43
+from probe_timing import quantise, timed  # beside this script
 
-E4M3 = torch.float8_e4m3fn
 REPS, ROUNDS = 20, 5
 HEAD_DIM = 128
-
-
-def quantise(x):
-    descale = (x.abs().amax(dim=(2, 3)).float().clamp_min(1e-12) / 448.0).contiguous()
-    return (x.float() / descale[:, :, None, None]).clamp(-448, 448).to(E4M3), descale
-
-
-def timed(fn):
-    """Milliseconds per call over REPS calls queued back to back."""
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(REPS):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / REPS
 
 
 def main():
@@ -75,7 +57,7 @@ def main():
                 flops = 4 * batch * heads * seqlen * seqlen * HEAD_DIM / (2 if causal else 1)
                 for r in range(ROUNDS):
                     for name, fn in (fns.items() if r % 2 == 0 else reversed(list(fns.items()))):
-                        ms = timed(fn)
+                        ms = timed(fn, REPS)
                         w.writerow([gpu, HEAD_DIM, int(causal), seqlen, batch, heads, name, r, f"{ms:.5f}",
                                     f"{flops / ms / 1e9:.1f}", equal[name]])
                 f.flush()
