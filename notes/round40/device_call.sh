@@ -5,7 +5,7 @@
 #   STEP=s3 bash notes/round40/device_call.sh COMMIT        (carry .whl and .devstate)
 set -uo pipefail
 nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || { echo "not an H200"; exit 3; }
-BUDGET_SECONDS=${BUDGET_SECONDS:-560} bash notes/round24/device_call.sh "$@"
+bash notes/round24/device_call.sh "$@"  # its BUDGET_SECONDS (560 by default) bounds the grid step
 rc=$?
 end=${CALL_SECONDS:-585}
 left=$(( end - SECONDS ))
