@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pandas as pd
 
 from analysis.cells import JUDGED_ON, PAIR_KEYS, aggregate, describe_exclusions, eligible, exclusion_counts, select
@@ -55,18 +56,39 @@ def _shape(row) -> str:
     return f"B{int(row['batch'])} H{int(row['heads'])}/{int(row['kv_heads'])} cache {cache_text} {row['dtype']}"
 
 
+def fixed_cost(cells: pd.DataFrame) -> tuple[float, float] | None:
+    """A least-squares fit of the cells' GPU time over the bytes they move, time = fixed + bytes / rate: the
+    fixed cost a call pays whatever its cache (us) and the rate it streams at (GB/s); None with fewer than two
+    distinct sizes or a rate that does not come out positive."""
+    cells = cells.dropna(subset=[TIME, "bandwidth_gbs"])
+    if cells.empty:
+        return None
+    moved = cells["bandwidth_gbs"] * cells[TIME] * 1e6  # bytes: GB/s x ms x 1e6
+    if moved.nunique() < 2:
+        return None
+    slope, intercept = np.polyfit(moved, cells[TIME] * 1e3, 1)  # us per byte, us
+    return (float(intercept), float(1e-3 / slope)) if slope > 0 else None
+
+
 @metric
-def decode_bandwidth(frames, hardware, *, provider="ours", variant="dense", group=8, min_cache=8192):
+def decode_bandwidth(frames, hardware, *, provider="ours", variant="dense", group=8, min_cache=8192, peer="sdpa",
+                     target=0.70):
     """Achieved bandwidth of `provider`'s `variant` rows at GQA `group`:1 and caches >= `min_cache`, as a share
-    of the copy bandwidth measured in the same file: min/median/max share, where the least, n cells."""
+    of the copy bandwidth measured in the same file: min/median/max share, where the least, n cells. And why
+    the least is least: at its batch and dtype, over every cache length, the GPU time fitted as a fixed cost
+    plus bytes over a streaming rate (`fixed_cost`), for `provider` and for `peer` (fixed_us, stream_share,
+    peer_fixed_us), and what a call at the least cell may spend beyond its reads at that rate to reach the
+    `target` share of the copy bandwidth (spare_us: its bytes' time at the target less their time at the rate)."""
     values = {"n": 0, "min_share": None, "median_share": None, "max_share": None, "min_at": None,
-              "best_gbs": None, "copy_gbs": None, "excluded": "no cell excluded", "host_bound": 0, "noisy": 0}
+              "best_gbs": None, "copy_gbs": None, "excluded": "no cell excluded", "host_bound": 0, "noisy": 0,
+              "fixed_us": None, "stream_share": None, "peer_fixed_us": None, "spare_us": None}
     if "decode" not in frames:
         return values | {"missing": NOT_MEASURED.format("decode")}
     frame = frames["decode"]
     values["copy_gbs"] = copy_bandwidth(frame)
-    cells = _cells(frame)
-    cells = select(cells, {"provider": provider, "variant": variant})
+    every = _cells(frame)
+    cells = select(every, {"provider": provider, "variant": variant})
+    every = eligible(every[every["heads"] == every["kv_heads"] * group])
     cells = cells[(cells["heads"] == cells["kv_heads"] * group) & (cells["seqlen_k"] >= min_cache)]
     values.update(excluded=describe_exclusions(cells), **exclusion_counts(cells))
     cells = eligible(cells)
@@ -74,9 +96,18 @@ def decode_bandwidth(frames, hardware, *, provider="ours", variant="dense", grou
         return values | {"n": 0, "missing": "no eligible decode cell or no copy row in decode.csv"}
     share = cells["bandwidth_gbs"] / values["copy_gbs"]
     worst = cells.loc[share.idxmin()]
-    return values | {"n": len(cells), "min_share": float(share.min()), "median_share": float(share.median()),
-                     "max_share": float(share.max()), "min_at": _shape(worst),
-                     "best_gbs": float(cells["bandwidth_gbs"].max())}
+    values |= {"n": len(cells), "min_share": float(share.min()), "median_share": float(share.median()),
+               "max_share": float(share.max()), "min_at": _shape(worst), "best_gbs": float(cells["bandwidth_gbs"].max())}
+    same = every[(every["batch"] == worst["batch"]) & (every["dtype"] == worst["dtype"])
+                 & (every["heads"] == worst["heads"]) & (every["head_dim"] == worst["head_dim"])]
+    if (fit := fixed_cost(select(same, {"provider": provider, "variant": variant}))) is not None:
+        fixed, rate = fit
+        moved = worst["bandwidth_gbs"] * worst[TIME] * 1e6
+        values |= {"fixed_us": fixed, "stream_share": rate / values["copy_gbs"],
+                   "spare_us": float(moved / (target * values["copy_gbs"] * 1e3) - moved / (rate * 1e3))}
+    if (fit := fixed_cost(select(same, {"provider": peer}))) is not None:
+        values["peer_fixed_us"] = fit[0]
+    return values
 
 
 def _ratios(frame, baseline: dict, candidate: dict, value: str = TIME) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -122,3 +122,37 @@ def test_report_says_decode_was_not_measured_without_its_file(tmp_path):
     text = render(build, tmp_path / "paper", pdf=False)["md"].read_text()
     assert "Beyond the paper: decoding" in text
     assert "decode: not measured in the archived run yet" in text
+
+
+def test_bandwidth_claim_explains_its_least_cell_by_a_fixed_cost_fitted_over_the_cache_lengths(frames):
+    """GPU times built as a fixed cost plus bytes over a rate (ours 12 us and 3000 GB/s, SDPA 20 us and the same
+    rate) come back from the fit, the least cell's spare time is 70%-of-copy's time less the reads' time, and the
+    report's "why" line says both; a cell off the line moves the fit."""
+    from analysis.decode import copy_bandwidth
+
+    decode = frames["decode"].copy()
+    gqa = (decode["heads"] == 32) & (decode["kv_heads"] == 4)
+    moved = pd.Series([decode_bytes(row) for row in decode.itertuples()], index=decode.index)
+    for provider, fixed in (("ours", 12.0), ("sdpa", 20.0)):
+        rows = gqa & (decode["provider"] == provider) & (decode["variant"] == "dense")
+        for column in ("ms", "gpu_ms"):
+            decode.loc[rows, column] = (fixed + moved[rows] / 3000e3) / 1e3
+    record = _verdicts({**frames, "decode": decode})["decode_bandwidth"]
+    values, copy_gbs = record["values"], copy_bandwidth(decode)
+    assert values["fixed_us"] == pytest.approx(12.0) and values["peer_fixed_us"] == pytest.approx(20.0)
+    assert values["stream_share"] == pytest.approx(3000 / copy_gbs)
+    least = moved[gqa & (decode["seqlen_k"] == 8192)].iloc[0]
+    assert values["spare_us"] == pytest.approx(least / (0.7 * copy_gbs * 1e3) - least / 3000e3)
+    assert record["verdict"] != HOLDS and "a fixed 12.0 us a call" in record["context"]
+    assert "fixed cost: 20.0 us" in record["context"]
+    ours = gqa & (decode["provider"] == "ours") & (decode["variant"] == "dense")
+    decode.loc[ours & (decode["seqlen_k"] == 1024), ["ms", "gpu_ms"]] *= 1.5  # the short cache slower: off the line
+    assert _verdicts({**frames, "decode": decode})["decode_bandwidth"]["values"]["fixed_us"] > 12.5
+
+
+def decode_bytes(row) -> float:
+    """What a synthetic decode row moves (experiments.decode.moved_bytes), NaN for the copy and matmul rows."""
+    if pd.isna(row.batch) or row.dtype not in ("fp16", "bf16"):
+        return float("nan")
+    return decode.moved_bytes(int(row.batch), int(row.heads), int(row.kv_heads), int(row.seqlen_k), int(row.head_dim),
+                              row.dtype)
