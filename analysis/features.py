@@ -112,7 +112,38 @@ def summary(frame: pd.DataFrame, comparisons, modes, dtype: str = "fp16", settin
         values[f"{name}_other"] = "; ".join(other) or "no other mode measured"
     excluded = pd.concat(left_out, ignore_index=True)
     values.update(excluded=describe_exclusions(excluded, settings), **exclusion_counts(excluded))
+    if "window_vs_causal" in comparisons:
+        values.update(window_bounds(frame, chosen, dtype))
     return values
+
+
+def window_bound(seqlen: int, window: int, block_m: int, block_n: int) -> tuple[float, float]:
+    """How many times less work full causal attention over seqlen x seqlen has than a causal window of `window`
+    keys (each query sees itself and the window - 1 keys before it): in visible entries, and in the
+    block_m x block_n tiles that a kernel skipping every tile wholly outside the mask still visits (the ones
+    the diagonal or the window's edge cuts count whole)."""
+    causal_entries = seqlen * (seqlen + 1) // 2
+    window_entries = sum(min(i + 1, window) for i in range(seqlen))
+    causal_tiles = window_tiles = 0
+    for first in range(0, seqlen, block_m):
+        last = min(first + block_m, seqlen) - 1  # the row block's rows first..last see keys up to `last`
+        causal_tiles += last // block_n + 1
+        window_tiles += last // block_n - max(first - window + 1, 0) // block_n + 1
+    return causal_entries / window_entries, causal_tiles / window_tiles
+
+
+def window_bounds(frame: pd.DataFrame, mode: str, dtype: str = "fp16") -> dict:
+    """window_bound at the longest window cell of ours in `mode` (the window from its variant, the tiles its rows
+    record): window_entry_bound, window_tile_bound, window_tiles ("128 x 128"); None where there is no such row."""
+    rows = with_features(frame)
+    rows = rows[(rows["provider"] == OURS) & (rows["feature"] == "window") & (rows["mode"] == mode)
+                & (rows["dtype"] == dtype)].dropna(subset=["seqlen_k", "block_m", "block_n"])
+    if rows.empty:
+        return {"window_entry_bound": None, "window_tile_bound": None, "window_tiles": None}
+    row = rows.loc[rows["seqlen_k"].idxmax()]
+    block_m, block_n = int(row["block_m"]), int(row["block_n"])
+    entries, tiles = window_bound(int(row["seqlen_k"]), int(row["variant"].removeprefix("window")), block_m, block_n)
+    return {"window_entry_bound": entries, "window_tile_bound": tiles, "window_tiles": f"{block_m} x {block_n}"}
 
 
 def table(frame: pd.DataFrame, modes=("fwd_bwd", "fwd"), dtype: str = "fp16") -> list[dict]:

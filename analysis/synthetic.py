@@ -345,6 +345,7 @@ FEATURE_SLOWDOWN = {("ours", "softcap30"): 1.08, ("flex", "softcap30"): 1.3, ("o
                     ("flex", "alibi"): 1.35, ("ours", "dropout0.1"): 1.12, ("sdpa_flash", "dropout0.1"): 1.25}
 WINDOW_SPEEDUP, WINDOW_FLEX = {4096: 3.0, 16384: 8.5}, 1.4
 VARLEN = {"batch": 64, "heads": 16, "seqlen": 7626, "padded": 3.0, "flex": 1.3}
+FEATURE_TILES = dict(block_m=128, block_n=128, num_warps=12, num_stages=2)  # ours' rows: the Hopper forward's
 
 
 def features_rows() -> list[dict]:
@@ -354,12 +355,13 @@ def features_rows() -> list[dict]:
             for causal in (0, 1):
                 plain = _tflops("ours", mode, seqlen, 128, causal)
                 shape = dict(seqlen=seqlen, head_dim=128, causal=causal)
-                rows += _repeated("features", "ours", mode, plain, variant="plain", **shape)
+                rows += _repeated("features", "ours", mode, plain, variant="plain", **FEATURE_TILES, **shape)
                 for (provider, variant), slowdown in FEATURE_SLOWDOWN.items():
                     rows += _repeated("features", provider, mode, plain / slowdown, variant=variant, **shape)
                 if causal:
                     window = plain * WINDOW_SPEEDUP[seqlen]
-                    rows += _repeated("features", "ours", mode, window, variant="window1024", **shape)
+                    rows += _repeated("features", "ours", mode, window, variant="window1024", **FEATURE_TILES,
+                                      **shape)
                     rows += _repeated("features", "flex", mode, window / WINDOW_FLEX, variant="window1024", **shape)
     for mode in ("fwd_bwd", "fwd"):
         for causal in (0, 1):

@@ -438,6 +438,43 @@ def test_features_pair_each_feature_with_its_peer_on_the_same_shape(frames):
     assert record["values"]["window_vs_flex_n"] == 1 and "host-bound" in record["finding"]
 
 
+@pytest.mark.parametrize("seqlen, window, block_m, block_n", [
+    (16384, 1024, 128, 128), (300, 64, 128, 128), (1000, 100, 64, 128), (777, 333, 128, 64), (50, 200, 16, 16), (1000, 65, 64, 64)])
+def test_window_bound_counts_the_entries_and_tiles_a_mask_leaves(seqlen, window, block_m, block_n):
+    """Against the mask itself: entries visible to full causal over the causal window of `window` keys, and
+    the block_m x block_n tiles holding at least one visible entry under each."""
+    import numpy as np
+
+    from analysis.features import window_bound
+
+    rows, keys = np.arange(seqlen)[:, None], np.arange(seqlen)[None, :]
+    causal, windowed = keys <= rows, (keys <= rows) & (keys > rows - window)
+
+    def tiles(mask):
+        return sum(mask[i:i + block_m, j:j + block_n].any()
+                   for i in range(0, seqlen, block_m) for j in range(0, seqlen, block_n))
+
+    entries, visited = window_bound(seqlen, window, block_m, block_n)
+    assert entries == pytest.approx(causal.sum() / windowed.sum())
+    assert visited == pytest.approx(tiles(causal) / tiles(windowed))
+
+
+def test_window_claim_names_the_bound_of_the_tiles_its_rows_record(frames):
+    from analysis.features import window_bound
+
+    record = verdicts(frames)["features_window"]
+    entries, tiles = window_bound(16384, 1024, 128, 128)
+    assert record["values"]["window_tile_bound"] == pytest.approx(tiles) and record["values"]["window_tiles"] == "128 x 128"
+    frame = frames["features"].copy()
+    frame.loc[frame["variant"] == "window1024", ["block_m", "block_n"]] = [64, 32]
+    frame.loc[frame["variant"] == "plain", "ms"] *= 0.1  # a window no faster than causal: the context is shown
+    record = verdicts({**frames, "features": frame})["features_window"]
+    entries, tiles = window_bound(16384, 1024, 64, 32)
+    assert record["values"]["window_tile_bound"] == pytest.approx(tiles)
+    assert f"{entries:.2f}x fewer" in record["context"] and f"the 64 x 32 tiles" in record["context"]
+    assert f"{tiles:.2f}x the window's tiles" in record["context"]
+
+
 def test_host_time_claim_reads_host_ms_at_short_sequences(frames):
     at_512 = lambda rows: rows["seqlen_k"] == 512
     sdpa = select(frames["speed"], {"provider": "sdpa_flash"})
