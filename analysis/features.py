@@ -118,8 +118,8 @@ def summary(frame: pd.DataFrame, comparisons, modes, dtype: str = "fp16", settin
 
 
 def window_bound(seqlen: int, window: int, block_m: int, block_n: int) -> tuple[float, float]:
-    """How many times less work full causal attention over seqlen x seqlen has than a causal window of `window`
-    keys (each query sees itself and the window - 1 keys before it): in visible entries, and in the
+    """How many times a causal window's work full causal attention over seqlen x seqlen has (each query of the
+    window sees itself and the `window` - 1 keys before it): in visible entries, and in the
     block_m x block_n tiles that a kernel skipping every tile wholly outside the mask still visits (the ones
     the diagonal or the window's edge cuts count whole)."""
     causal_entries = seqlen * (seqlen + 1) // 2
