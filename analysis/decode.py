@@ -70,6 +70,14 @@ def fixed_cost(cells: pd.DataFrame) -> tuple[float, float] | None:
     return (float(intercept), float(1e-3 / slope)) if slope > 0 else None
 
 
+def _other_caches(cells: pd.DataFrame, cell) -> pd.DataFrame:
+    """The eligible cells of `cells` at `cell`'s batch, heads, dtype and head dim: its shape at every cache length."""
+    same = eligible(cells)
+    for key in ("batch", "heads", "kv_heads", "dtype", "head_dim"):
+        same = same[same[key] == cell[key]]
+    return same
+
+
 @metric
 def decode_bandwidth(frames, hardware, *, provider="ours", variant="dense", group=8, min_cache=8192, peer="sdpa",
                      target=0.70):
@@ -88,7 +96,6 @@ def decode_bandwidth(frames, hardware, *, provider="ours", variant="dense", grou
     values["copy_gbs"] = copy_bandwidth(frame)
     every = _cells(frame)
     cells = select(every, {"provider": provider, "variant": variant})
-    every = eligible(every[every["heads"] == every["kv_heads"] * group])
     cells = cells[(cells["heads"] == cells["kv_heads"] * group) & (cells["seqlen_k"] >= min_cache)]
     values.update(excluded=describe_exclusions(cells), **exclusion_counts(cells))
     cells = eligible(cells)
@@ -98,8 +105,7 @@ def decode_bandwidth(frames, hardware, *, provider="ours", variant="dense", grou
     worst = cells.loc[share.idxmin()]
     values |= {"n": len(cells), "min_share": float(share.min()), "median_share": float(share.median()),
                "max_share": float(share.max()), "min_at": _shape(worst), "best_gbs": float(cells["bandwidth_gbs"].max())}
-    same = every[(every["batch"] == worst["batch"]) & (every["dtype"] == worst["dtype"])
-                 & (every["heads"] == worst["heads"]) & (every["head_dim"] == worst["head_dim"])]
+    same = _other_caches(every, worst)
     if (fit := fixed_cost(select(same, {"provider": provider, "variant": variant}))) is not None:
         fixed, rate = fit
         moved = worst["bandwidth_gbs"] * worst[TIME] * 1e6
@@ -154,9 +160,14 @@ def decode_speedup(frames, hardware, *, candidate=None, baselines=None):
 @metric
 def decode_paged_overhead(frames, hardware, *, provider="ours"):
     """Paged over dense time of `provider` at each shape and page size: slowdown_min/median/max (paged ms /
-    dense ms), where the most, and per page size the median."""
+    dense ms), where the most, and per page size the median. And at the most's batch and layout, over every
+    cache length, both layouts' GPU time fitted as a fixed cost plus bytes over a streaming rate (`fixed_cost`):
+    paged_fixed_us and dense_fixed_us, and paged_rate_share, the paged rate over the dense one (fit_at, the shape
+    without its cache length; fit_variant, the paged layout)."""
     values = {"n": 0, "slowdown_min": None, "slowdown_median": None, "slowdown_max": None, "max_at": None,
-              "by_page": "none", "excluded": "no cell excluded", "host_bound": 0, "noisy": 0}
+              "by_page": "none", "excluded": "no cell excluded", "host_bound": 0, "noisy": 0,
+              "paged_fixed_us": None, "dense_fixed_us": None, "paged_rate_share": None, "fit_at": None,
+              "fit_variant": None}
     if "decode" not in frames:
         return values | {"missing": NOT_MEASURED.format("decode")}
     frame = frames["decode"]
@@ -178,9 +189,16 @@ def decode_paged_overhead(frames, hardware, *, provider="ours"):
         return values | {"missing": "no paged and dense decode cells of one shape to compare"}
     pairs = pd.concat(found, ignore_index=True)
     worst = pairs.loc[pairs["ratio"].idxmax()]
-    return values | {"n": len(pairs), "slowdown_min": float(pairs["ratio"].min()),
-                     "slowdown_median": float(pairs["ratio"].median()), "slowdown_max": float(pairs["ratio"].max()),
-                     "max_at": f"{_shape(worst)} {worst['variant']}", "by_page": "; ".join(by_page)}
+    values |= {"n": len(pairs), "slowdown_min": float(pairs["ratio"].min()),
+               "slowdown_median": float(pairs["ratio"].median()), "slowdown_max": float(pairs["ratio"].max()),
+               "max_at": f"{_shape(worst)} {worst['variant']}", "by_page": "; ".join(by_page)}
+    same = _other_caches(select(_cells(frame), {"provider": provider}), worst)
+    paged = fixed_cost(same[same["variant"] == worst["variant"]])
+    dense = fixed_cost(same[same["variant"] == "dense"])
+    if paged is not None and dense is not None:
+        values |= {"paged_fixed_us": paged[0], "dense_fixed_us": dense[0], "paged_rate_share": paged[1] / dense[1],
+                   "fit_at": re.sub(r" cache \S+", "", _shape(worst)), "fit_variant": worst["variant"]}
+    return values
 
 
 # ---------------------------------------------------------------- the report's table and figure

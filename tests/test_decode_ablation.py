@@ -156,3 +156,22 @@ def decode_bytes(row) -> float:
         return float("nan")
     return decode.moved_bytes(int(row.batch), int(row.heads), int(row.kv_heads), int(row.seqlen_k), int(row.head_dim),
                               row.dtype)
+
+
+def test_paged_claim_splits_its_worst_shape_into_a_fixed_cost_and_a_streaming_rate(frames):
+    """Paged16 built as 20 us plus the bytes at 2700 GB/s, dense as 12 us plus the bytes at 3000 GB/s (paged256 as
+    dense): the fit at the worst pair's shape gives both fixed costs and a 90% rate, and the "why" line says so."""
+    decode = frames["decode"].copy()
+    moved = pd.Series([decode_bytes(row) for row in decode.itertuples()], index=decode.index)
+    for variant, fixed, rate in (("dense", 12.0, 3000), ("paged256", 12.0, 3000), ("paged16", 20.0, 2700)):
+        rows = (decode["provider"] == "ours") & (decode["variant"] == variant)
+        for column in ("ms", "gpu_ms"):
+            decode.loc[rows, column] = (fixed + moved[rows] / (rate * 1e3)) / 1e3
+    record = _verdicts({**frames, "decode": decode})["decode_paged"]
+    values = record["values"]
+    assert values["fit_variant"] == "paged16" and values["max_at"].endswith("cache 1k fp16 paged16")
+    assert values["paged_fixed_us"] == pytest.approx(20.0) and values["dense_fixed_us"] == pytest.approx(12.0)
+    assert values["paged_rate_share"] == pytest.approx(0.9)
+    assert record["verdict"] != HOLDS
+    assert f"at {values['fit_at']}, the paged16 call's GPU time is a fixed 20.0 us against the dense call's 12.0 us" \
+        in record["context"] and "90.0% of the dense call's streaming rate" in record["context"]
