@@ -104,7 +104,8 @@ def decode_bandwidth(frames, hardware, *, provider="ours", variant="dense", grou
     share = cells["bandwidth_gbs"] / values["copy_gbs"]
     worst = cells.loc[share.idxmin()]
     values |= {"n": len(cells), "min_share": float(share.min()), "median_share": float(share.median()),
-               "max_share": float(share.max()), "min_at": _shape(worst), "best_gbs": float(cells["bandwidth_gbs"].max())}
+               "max_share": float(share.max()), "min_at": _shape(worst),
+               "best_gbs": float(cells["bandwidth_gbs"].max())}
     same = _other_caches(every, worst)
     if (fit := fixed_cost(select(same, {"provider": provider, "variant": variant}))) is not None:
         fixed, rate = fit
@@ -196,8 +197,9 @@ def decode_paged_overhead(frames, hardware, *, provider="ours"):
     paged = fixed_cost(same[same["variant"] == worst["variant"]])
     dense = fixed_cost(same[same["variant"] == "dense"])
     if paged is not None and dense is not None:
-        values |= {"paged_fixed_us": paged[0], "dense_fixed_us": dense[0], "paged_rate_share": paged[1] / dense[1],
-                   "fit_at": re.sub(r" cache \S+", "", _shape(worst)), "fit_variant": worst["variant"]}
+        values |= {"paged_fixed_us": paged[0], "dense_fixed_us": dense[0],
+                   "paged_rate_share": paged[1] / dense[1], "fit_at": re.sub(r" cache \S+", "", _shape(worst)),
+                   "fit_variant": worst["variant"]}
     return values
 
 

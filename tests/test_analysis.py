@@ -439,7 +439,8 @@ def test_features_pair_each_feature_with_its_peer_on_the_same_shape(frames):
 
 
 @pytest.mark.parametrize("seqlen, window, block_m, block_n", [
-    (16384, 1024, 128, 128), (300, 64, 128, 128), (1000, 100, 64, 128), (777, 333, 128, 64), (50, 200, 16, 16), (1000, 65, 64, 64)])
+    (16384, 1024, 128, 128), (300, 64, 128, 128), (1000, 100, 64, 128), (777, 333, 128, 64), (50, 200, 16, 16),
+    (1000, 65, 64, 64)])
 def test_window_bound_counts_the_entries_and_tiles_a_mask_leaves(seqlen, window, block_m, block_n):
     """Against the mask itself: entries visible to full causal over the causal window of `window` keys, and
     the block_m x block_n tiles holding at least one visible entry under each."""
@@ -464,7 +465,8 @@ def test_window_claim_names_the_bound_of_the_tiles_its_rows_record(frames):
 
     record = verdicts(frames)["features_window"]
     entries, tiles = window_bound(16384, 1024, 128, 128)
-    assert record["values"]["window_tile_bound"] == pytest.approx(tiles) and record["values"]["window_tiles"] == "128 x 128"
+    assert record["values"]["window_tile_bound"] == pytest.approx(tiles)
+    assert record["values"]["window_tiles"] == "128 x 128"
     frame = frames["features"].copy()
     frame.loc[frame["variant"] == "window1024", ["block_m", "block_n"]] = [64, 32]
     frame.loc[frame["variant"] == "plain", "ms"] *= 0.1  # a window no faster than causal: the context is shown
