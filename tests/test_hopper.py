@@ -339,37 +339,29 @@ def test_default_feature_lists_name_only_what_the_kernels_have():
     from kernels import _hopper, _hopper_bwd
     from kernels.attention import HOPPER_BACKWARD_FEATURES, HOPPER_FORWARD_FEATURES, hopper_features_by_default
 
-    for switch, kernel, lists in (("hopper", _hopper, HOPPER_FORWARD_FEATURES),
-                                  ("hopper_backward", _hopper_bwd, HOPPER_BACKWARD_FEATURES)):
-        assert set(lists) <= set(kernel.FEATURE_HEAD_DIMS), switch  # no list where the kernel has no features
-        for head_dim, listed in lists.items():
-            assert listed <= set(kernel.FEATURES) and "dropout_p" not in listed, (switch, head_dim)
+    for switch, kernel, listed in (("hopper", _hopper, HOPPER_FORWARD_FEATURES),
+                                   ("hopper_backward", _hopper_bwd, HOPPER_BACKWARD_FEATURES)):
+        assert listed <= set(kernel.FEATURES) and "dropout_p" not in listed
         for head_dim in kernel.HEAD_DIMS:
-            assert hopper_features_by_default(switch, head_dim) == lists.get(head_dim, frozenset()), (switch, head_dim)
-    # the measured choices (kernels/attention.py says where each comes from)
-    assert hopper_features_by_default("hopper", 128) == {"window_size", "softcap", "alibi_slopes"}
-    assert hopper_features_by_default("hopper", 64) == {"window_size", "softcap"}
-    assert hopper_features_by_default("hopper_backward", 64) == {"window_size", "softcap"}
-    assert hopper_features_by_default("hopper_backward", 128) == frozenset()
+            expected = listed if head_dim in kernel.FEATURE_HEAD_DIMS else frozenset()
+            assert hopper_features_by_default(switch, head_dim) == expected, (switch, head_dim)
 
 
 @sm90
 def test_default_kernels_with_features_follow_the_feature_lists(hopper_calls):
     """hopper=None (hopper_backward=None) runs the Hopper forward (backward) with a window, softcap or ALiBi
     only if HOPPER_FORWARD_FEATURES (HOPPER_BACKWARD_FEATURES) names it; with dropout never."""
-    from kernels.attention import hopper_features_by_default
+    from kernels.attention import HOPPER_BACKWARD_FEATURES, HOPPER_FORWARD_FEATURES
 
-    for head_dim in (64, 128):  # 4096 keys: the Hopper forward's least at head dim 64 (HOPPER_FORWARD_MIN_KEYS)
-        q, k, v = make_inputs(1, 4, 2, 700, 4096, head_dim, torch.float16)
-        slopes = torch.rand(4, device=DEVICE, dtype=torch.float32)
-        for name, kwargs in (("window_size", dict(window_size=(100, 0), causal=True)), ("softcap", dict(softcap=20.0)),
-                             ("alibi_slopes", dict(alibi_slopes=slopes)), ("dropout_p", dict(dropout_p=0.1))):
-            hopper_calls.clear()
-            out = flash_attention(q, k, v, **kwargs)
-            torch.autograd.grad(out, k, torch.randn_like(out))
-            assert ("fwd" in hopper_calls) == (name in hopper_features_by_default("hopper", head_dim)), (head_dim, name)
-            assert ("bwd" in hopper_calls) == (name in hopper_features_by_default("hopper_backward", head_dim)), (
-                head_dim, name)
+    q, k, v = make_inputs(2, 4, 2, 700, 900, 128, torch.float16)
+    slopes = torch.rand(4, device=DEVICE, dtype=torch.float32)
+    for name, kwargs in (("window_size", dict(window_size=(100, 0), causal=True)), ("softcap", dict(softcap=20.0)),
+                         ("alibi_slopes", dict(alibi_slopes=slopes)), ("dropout_p", dict(dropout_p=0.1))):
+        hopper_calls.clear()
+        out = flash_attention(q, k, v, **kwargs)
+        torch.autograd.grad(out, k, torch.randn_like(out))
+        assert ("fwd" in hopper_calls) == (name in HOPPER_FORWARD_FEATURES), name
+        assert ("bwd" in hopper_calls) == (name in HOPPER_BACKWARD_FEATURES), name
 
 
 # The Hopper backward (kernels/_hopper_bwd.py): one pass, dQ by TMA reduce-add.
