@@ -39,14 +39,15 @@ def copy_bandwidth(frame: pd.DataFrame) -> float | None:
 
 
 def _cells(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per cell (median GPU time over repetitions, noisy cells marked) with its bandwidth, the bytes
-    moved over that time."""
+    """One row per cell (median GPU time over repetitions, noisy cells marked) with the bytes a call moves
+    (moved_bytes) and its bandwidth, those bytes over that time."""
     from experiments.decode import moved_bytes
 
     cells = aggregate(attention_rows(frame), TIME, keys=["experiment", "provider", "variant"] + PAIR_KEYS)
     moved = [moved_bytes(int(c.batch), int(c.heads), int(c.kv_heads), int(c.seqlen_k), int(c.head_dim), c.dtype)
              if c.dtype in ("fp16", "bf16") and not pd.isna(c.batch) else float("nan") for c in cells.itertuples()]
-    cells["bandwidth_gbs"] = pd.Series(moved, index=cells.index, dtype=float) / (cells[TIME] * 1e-3) / 1e9
+    cells["moved_bytes"] = pd.Series(moved, index=cells.index, dtype=float)
+    cells["bandwidth_gbs"] = cells["moved_bytes"] / (cells[TIME] * 1e-3) / 1e9
     return cells
 
 
@@ -60,13 +61,10 @@ def fixed_cost(cells: pd.DataFrame) -> tuple[float, float] | None:
     """A least-squares fit of the cells' GPU time over the bytes they move, time = fixed + bytes / rate: the
     fixed cost a call pays whatever its cache (us) and the rate it streams at (GB/s); None with fewer than two
     distinct sizes or a rate that does not come out positive."""
-    cells = cells.dropna(subset=[TIME, "bandwidth_gbs"])
-    if cells.empty:
+    cells = cells.dropna(subset=[TIME, "moved_bytes"])
+    if cells["moved_bytes"].nunique() < 2:
         return None
-    moved = cells["bandwidth_gbs"] * cells[TIME] * 1e6  # bytes: GB/s x ms x 1e6
-    if moved.nunique() < 2:
-        return None
-    slope, intercept = np.polyfit(moved, cells[TIME] * 1e3, 1)  # us per byte, us
+    slope, intercept = np.polyfit(cells["moved_bytes"], cells[TIME] * 1e3, 1)  # us per byte, us
     return (float(intercept), float(1e-3 / slope)) if slope > 0 else None
 
 
@@ -109,7 +107,7 @@ def decode_bandwidth(frames, hardware, *, provider="ours", variant="dense", grou
     same = _other_caches(every, worst)
     if (fit := fixed_cost(select(same, {"provider": provider, "variant": variant}))) is not None:
         fixed, rate = fit
-        moved = worst["bandwidth_gbs"] * worst[TIME] * 1e6
+        moved = worst["moved_bytes"]
         values |= {"fixed_us": fixed, "stream_share": rate / values["copy_gbs"],
                    "spare_us": float(moved / (target * values["copy_gbs"] * 1e3) - moved / (rate * 1e3))}
     if (fit := fixed_cost(select(same, {"provider": peer}))) is not None:

@@ -12,6 +12,7 @@ import pandas as pd
 from analysis.cells import PAIR_KEYS, describe_exclusions, exclusion_counts, paired
 from analysis.claims import summarise_ratios
 from analysis.load import attention_rows
+from experiments import flops
 
 OURS = "ours"
 # name -> (feature, baseline arm, candidate arm, the baseline in words)
@@ -122,14 +123,13 @@ def window_bound(seqlen: int, window: int, block_m: int, block_n: int) -> tuple[
     window sees itself and the `window` - 1 keys before it): in visible entries, and in the
     block_m x block_n tiles that a kernel skipping every tile wholly outside the mask still visits (the ones
     the diagonal or the window's edge cuts count whole)."""
-    causal_entries = seqlen * (seqlen + 1) // 2
-    window_entries = sum(min(i + 1, window) for i in range(seqlen))
+    entries = flops.visible_pairs(seqlen, seqlen, True) / flops.visible_pairs(seqlen, seqlen, True, (window - 1, 0))
     causal_tiles = window_tiles = 0
     for first in range(0, seqlen, block_m):
         last = min(first + block_m, seqlen) - 1  # the row block's rows first..last see keys up to `last`
         causal_tiles += last // block_n + 1
         window_tiles += last // block_n - max(first - window + 1, 0) // block_n + 1
-    return causal_entries / window_entries, causal_tiles / window_tiles
+    return entries, causal_tiles / window_tiles
 
 
 def window_bounds(frame: pd.DataFrame, mode: str, dtype: str = "fp16") -> dict:
